@@ -1,0 +1,189 @@
+"""Configs as data: frozen dataclasses, named presets and string overrides.
+
+The library reads no flags. `experiments/flags.py` turns every leaf field of a config into an
+absl flag (`--model.hidden_size=128`, `--stage.policy_lr=1e-6`) and calls `override` below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Qwen3.5-family text model (`qwen3_5` hybrid) or dense `qwen3`, one code path."""
+
+    arch: str = "qwen3_5"  # "qwen3_5" (hybrid Gated DeltaNet + gated attention) or "qwen3" (dense)
+    vocab_size: int = 248320
+    hidden_size: int = 5120
+    num_layers: int = 64
+    intermediate_size: int = 17408
+    # Full attention.
+    num_heads: int = 24
+    num_kv_heads: int = 4
+    head_dim: int = 256
+    rope_theta: float = 1e7
+    partial_rotary_factor: float = 0.25
+    attn_output_gate: bool = True  # q_proj packs [q, gate] per head; output * sigmoid(gate)
+    full_attention_interval: int = 4  # every 4th layer is full attention; 1 = all full (qwen3)
+    # Gated DeltaNet (linear attention) layers.
+    linear_num_key_heads: int = 16
+    linear_num_value_heads: int = 48
+    linear_key_head_dim: int = 128
+    linear_value_head_dim: int = 128
+    linear_conv_kernel: int = 4
+    gdn_chunk_size: int = 64
+    # Norms and heads.
+    rms_norm_eps: float = 1e-6
+    norm_plus_one: bool = True  # qwen3_5 RMSNorm scales by (1 + w); qwen3 by w
+    tie_embeddings: bool = False
+    mtp_layers: int = 0  # multi-token-prediction layers (`mtp.*` weights), optional
+    # Numerics and compilation.
+    dtype: str = "float32"  # activations; "bfloat16" on accelerators
+    param_dtype: str = "float32"
+    remat: str = "none"  # "none" | "full" | "dots" (save matmul outputs)
+    scan_layers: bool = True  # scan over identical blocks: compile once per block type
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        n = self.full_attention_interval
+        return tuple("full" if (i + 1) % n == 0 else "linear" for i in range(self.num_layers))
+
+    def __post_init__(self):
+        if self.arch not in ("qwen3_5", "qwen3"):
+            raise ValueError(f"ModelConfig.arch must be 'qwen3_5' or 'qwen3', got {self.arch!r}")
+        if self.num_layers % self.full_attention_interval:
+            raise ValueError(
+                f"num_layers={self.num_layers} is not a multiple of "
+                f"full_attention_interval={self.full_attention_interval}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} not divisible by num_kv_heads={self.num_kv_heads}")
+        if self.linear_num_value_heads % self.linear_num_key_heads:
+            raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
+        if self.remat not in ("none", "full", "dots"):
+            raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh shape; -1 on one axis takes the remaining devices."""
+
+    data: int = 1
+    fsdp: int = -1
+    tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with warm-up then cosine (or constant) decay; one per model per stage."""
+
+    lr: float = 1e-5
+    warmup_steps: int = 0
+    schedule: str = "cosine"  # "cosine" | "constant"
+    total_steps: int = 1000
+    end_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.95
+    grad_clip: float = 1.0
+    grad_accum: int = 1
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    # Qwen3.8-27B: same text architecture as Qwen3.5/3.6-27B (26.9B text parameters).
+    "qwen3_8_27b": ModelConfig(dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+    # The embedded default: runs on a CPU laptop; vocab fits the built-in byte tokenizer.
+    "tiny": ModelConfig(
+        vocab_size=384, hidden_size=64, num_layers=4, intermediate_size=128,
+        num_heads=4, num_kv_heads=2, head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16),
+    # Dense Qwen3 (same code path, full attention everywhere, no output gate).
+    "qwen3_0_6b": ModelConfig(
+        arch="qwen3", vocab_size=151936, hidden_size=1024, num_layers=28, intermediate_size=3072,
+        num_heads=16, num_kv_heads=8, head_dim=128, rope_theta=1e6, partial_rotary_factor=1.0,
+        attn_output_gate=False, full_attention_interval=1, norm_plus_one=False,
+        tie_embeddings=True, dtype="bfloat16", param_dtype="bfloat16"),
+    "qwen3_32b": ModelConfig(
+        arch="qwen3", vocab_size=151936, hidden_size=5120, num_layers=64, intermediate_size=25600,
+        num_heads=64, num_kv_heads=8, head_dim=128, rope_theta=1e6, partial_rotary_factor=1.0,
+        attn_output_gate=False, full_attention_interval=1, norm_plus_one=False,
+        dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+    "tiny_qwen3": ModelConfig(
+        arch="qwen3", vocab_size=384, hidden_size=64, num_layers=2, intermediate_size=128,
+        num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=1e6, partial_rotary_factor=1.0,
+        attn_output_gate=False, full_attention_interval=1, norm_plus_one=False),
+}
+
+
+def model_preset(name: str) -> ModelConfig:
+    if name not in MODEL_PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(MODEL_PRESETS)}")
+    return MODEL_PRESETS[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# String overrides (what flags and sweep files produce).
+
+def _parse(value: str, typ: Any, where: str) -> Any:
+    origin = typing.get_origin(typ)
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if value.lower() in ("none", "null"):
+            return None
+        return _parse(value, args[0], where)
+    if origin in (tuple, list):
+        (elem, *_) = typing.get_args(typ) or (str,)
+        items = [v for v in value.split(",") if v.strip()]
+        return tuple(_parse(v.strip(), elem, where) for v in items)
+    try:
+        if typ is bool:
+            low = value.lower()
+            if low not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(value)
+            return low in ("1", "true", "yes")
+        if typ is int:
+            number = float(value)  # accepts "1e4"
+            if number != int(number):
+                raise ValueError(value)
+            return int(number)
+        if typ in (float, str):
+            return typ(value)
+    except ValueError:
+        raise ValueError(f"config field {where}: cannot parse {value!r} as {typ.__name__}") from None
+    raise TypeError(f"config field {where}: unsupported type {typ!r}")
+
+
+def leaf_fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """Dotted name -> type for every non-dataclass field, recursing into nested dataclasses."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(typ):
+            out.update(leaf_fields(typ, name + "."))
+        else:
+            out[name] = typ
+    return out
+
+
+def override(cfg: Any, updates: dict[str, Any]) -> Any:
+    """Returns `cfg` with dotted-path fields replaced; string values are parsed by field type."""
+    hints = typing.get_type_hints(type(cfg))
+    nested: dict[str, dict[str, Any]] = {}
+    direct: dict[str, Any] = {}
+    for key, value in updates.items():
+        head, _, rest = key.partition(".")
+        if head not in hints:
+            raise ValueError(
+                f"{type(cfg).__name__} has no field {head!r} (from override {key!r}); "
+                f"fields: {sorted(hints)}")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            direct[head] = _parse(value, hints[head], key) if isinstance(value, str) and hints[head] is not str else value
+    for head, sub in nested.items():
+        direct[head] = override(getattr(cfg, head), sub)
+    return dataclasses.replace(cfg, **direct)
