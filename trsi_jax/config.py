@@ -123,6 +123,92 @@ def model_preset(name: str) -> ModelConfig:
     return MODEL_PRESETS[name]
 
 
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """The PPO update: minibatch epochs, clipped policy/value losses, KL to the reference, entropy."""
+
+    epochs: int = 2
+    minibatch_size: int = 8  # episodes (rows) per minibatch; must divide the episodes per update
+    clip_eps: float = 0.2
+    value_clip_eps: float = 0.2
+    kl_coef: float = 0.0  # > 0 keeps a frozen copy of the stage's initial policy as reference
+    kl_kind: str = "k3"  # "k1" | "k3"
+    entropy_coef: float = 0.0
+    whiten_advantages: bool = True  # over the policy tokens of the whole update batch
+
+
+@dataclasses.dataclass(frozen=True)
+class RPRConfig:
+    """One RPR stage (PPO with a critic over multi-turn episodes); every field is a flag."""
+
+    stage: int = 1
+    updates: int = 50
+    seed: int = 0
+    # Rollouts: tasks_per_update tasks x samples_per_task episodes under the common harness.
+    tasks_per_update: int = 8
+    samples_per_task: int = 4
+    max_turns: int = 8
+    max_new_tokens: int = 512
+    max_len: int = 8192  # context tokens per episode
+    temperature: float = 1.0
+    top_p: float = 1.0
+    backend: str = "local"  # sandbox backend: "local" | "docker"
+    # Rewards: SPR (or binary strict success) on the last policy token + FDR per turn.
+    reward: str = "spr"  # "spr" | "binary"
+    kappa: float = 0.5
+    fdr_beta: float = 0.1  # 0 disables the family dense reward (and the per-turn progress probes)
+    fdr_clip: float = 3.0
+    # Advantages (estimator from trsi_jax.rl.ADVANTAGE_ESTIMATORS).
+    advantage: str = "tb_gae"  # "tb_gae" | "gae" | "turn_broadcast"
+    gamma_tok: float = 1.0
+    lam_tok: float = 1.0
+    gamma_turn: float = 0.99
+    lam_turn: float = 0.95
+    ppo: PPOConfig = PPOConfig()
+    # Critic: policy backbone + value head, or a smaller preset (critic_model names a MODEL_PRESETS entry).
+    critic_model: str = ""
+    critic_warmup_updates: int = 2  # the first N updates of the stage train the critic alone
+    inherit_critic: bool = False  # restore the critic from the previous RPR stage's checkpoint
+    inherit_critic_opt: bool = False  # ... and its optimizer state
+    policy_optim: OptimConfig = OptimConfig(lr=1e-6, warmup_steps=0, schedule="constant", grad_clip=1.0)
+    critic_optim: OptimConfig = OptimConfig(lr=5e-6, warmup_steps=0, schedule="constant", grad_clip=1.0)
+    # Checkpoints and mesh.
+    checkpoint_every: int = 1
+    max_to_keep: int = 3
+    mesh: MeshConfig = MeshConfig()
+
+    def __post_init__(self):
+        if self.reward not in ("spr", "binary"):
+            raise ValueError(f"RPRConfig.reward must be 'spr' or 'binary', got {self.reward!r}")
+        if self.ppo.kl_kind not in ("k1", "k3"):
+            raise ValueError(f"RPRConfig.ppo.kl_kind must be 'k1' or 'k3', got {self.ppo.kl_kind!r}")
+        episodes = self.tasks_per_update * self.samples_per_task
+        if episodes < 1 or episodes % self.ppo.minibatch_size:
+            raise ValueError(
+                f"RPRConfig: ppo.minibatch_size={self.ppo.minibatch_size} must divide the episodes per "
+                f"update (tasks_per_update * samples_per_task = {episodes})")
+        if self.critic_warmup_updates < 0 or self.updates < 1:
+            raise ValueError(f"RPRConfig needs updates >= 1 and critic_warmup_updates >= 0, got "
+                             f"{self.updates} and {self.critic_warmup_updates}")
+
+
+# Each stage owns its schedules: RPR-2 starts from an inherited critic, so it warms up briefly
+# and refines the policy with a smaller learning rate.
+RPR_STAGES: dict[int, RPRConfig] = {
+    1: RPRConfig(stage=1),
+    2: RPRConfig(
+        stage=2, inherit_critic=True, critic_warmup_updates=1,
+        policy_optim=OptimConfig(lr=5e-7, schedule="constant", grad_clip=1.0),
+        critic_optim=OptimConfig(lr=2e-6, schedule="constant", grad_clip=1.0)),
+}
+
+
+def rpr_stage(stage: int) -> RPRConfig:
+    if stage not in RPR_STAGES:
+        raise ValueError(f"unknown RPR stage {stage!r}; choose one of {sorted(RPR_STAGES)}")
+    return RPR_STAGES[stage]
+
+
 # ---------------------------------------------------------------------------------------------
 # String overrides (what flags and sweep files produce).
 
