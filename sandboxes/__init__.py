@@ -1,0 +1,1 @@
+"""Task environments: the built-in procedurally generated suite (`sandboxes.suite`) and docker assets."""
