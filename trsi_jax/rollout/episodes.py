@@ -1,0 +1,199 @@
+"""Episode runner: policy <-> harness <-> sandbox for many episodes at once.
+
+Each round, every live episode that may still act gets a reply from ONE batched `policy.act`
+call; the replies are then applied in a thread pool (sandboxes block on the terminal), new
+episodes start in free slots, and finished ones are verified and closed. Every episode is
+recorded whatever happens, with an `outcome` and a human-readable `reason`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from trsi_jax.agent.harness import CommonHarness, Session, record_progress
+from trsi_jax.rollout.chat import encode_chat, encode_prompt
+from trsi_jax.rollout.policy import Policy, Reply
+
+OUTCOMES = ("success", "failure", "turn_limit", "timeout", "context_overflow", "sandbox_error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Budgets:
+    max_turns: int = 20
+    max_tokens: int = 8192  # whole episode (prompt + replies + observations); also caps each reply
+    wall_sec: float = 900.0  # agent phase of one episode, generation time included
+
+
+@dataclasses.dataclass
+class Episode:
+    """One recorded episode; token arrays cover `messages` (never the optional context)."""
+
+    task_id: str
+    family: str
+    harness: str
+    messages: list[dict]
+    tokens: list[int]
+    policy_mask: list[int]
+    turn_ids: list[int]
+    logprobs: list[float]
+    turn_end_positions: list[int]
+    progress: list[float]  # per turn, when probed (empty otherwise)
+    strict: bool
+    partial: float
+    outcome: str
+    reason: str
+    parse_errors: int = 0
+    num_turns: int = 0
+    wall_sec: float = 0.0
+    tests: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class _Live:
+    index: int
+    task: object
+    context: str | None
+    stack: contextlib.ExitStack
+    start: float
+    session: Session | None = None
+    replies: list[Reply] = dataclasses.field(default_factory=list)
+    stop: tuple[str, str] | None = None  # (outcome, reason) once the agent phase is over
+
+
+def _view(session: Session, context: str | None) -> list[dict]:
+    """What the policy sees: the recorded messages, plus the context right after the task."""
+    if not context:
+        return session.messages
+    return session.messages[:2] + [{"role": "user", "content": context}] + session.messages[2:]
+
+
+def _record(live: _Live, harness_name: str, tok, strict: bool, partial: float, tests: dict) -> Episode:
+    s = live.session
+    messages = s.messages if s else []
+    enc = encode_chat(messages, tok)
+    logprobs_T = np.zeros(len(enc.tokens_T), np.float32)
+    for k, reply in enumerate(live.replies):
+        if reply.logprobs is not None:
+            where = np.flatnonzero((enc.turn_ids_T == k) & (enc.policy_mask_T == 1))
+            logprobs_T[where] = reply.logprobs
+    outcome, reason = live.stop
+    if strict and outcome != "sandbox_error":
+        outcome = "success"
+    task = live.task
+    return Episode(
+        task_id=task.task_id, family=task.family, harness=harness_name,
+        messages=[{"role": m["role"], "content": m["content"]} for m in messages],
+        tokens=enc.tokens_T.tolist(), policy_mask=enc.policy_mask_T.tolist(), turn_ids=enc.turn_ids_T.tolist(),
+        logprobs=logprobs_T.tolist(), turn_end_positions=list(enc.turn_end_positions),
+        progress=list(s.progress) if s else [], strict=bool(strict), partial=float(partial), outcome=outcome,
+        reason=reason, parse_errors=s.parse_errors if s else 0, num_turns=s.turns if s else 0,
+        wall_sec=time.monotonic() - live.start, tests=dict(tests))
+
+
+def _error_stop(e: Exception) -> tuple[str, str]:
+    from trsi_jax.sandbox import SandboxError
+
+    kind = "SandboxError" if isinstance(e, SandboxError) else type(e).__name__
+    return "sandbox_error", f"{kind}: {e}"
+
+
+def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backend: str = "local",
+                 budgets: Budgets = Budgets(), context: Sequence[str | None] | None = None,
+                 track_progress: bool = False, concurrency: int = 8, show_progress: bool = True) -> list[Episode]:
+    """Runs one episode per entry of `tasks` (repeat a task for several samples); results in order.
+
+    context: optional text per task (e.g. an RSR runbook) shown to the policy after the task
+      message but absent from the recorded messages and tokens.
+    track_progress: probe progress after every turn (`Episode.progress`, for FDR).
+    """
+    from trsi_jax.sandbox import make_sandbox, verify
+
+    if context is not None and len(context) != len(tasks):
+        raise ValueError(f"context has {len(context)} entries but there are {len(tasks)} tasks")
+    tok = policy.tokenizer
+    pending = deque(range(len(tasks)))
+    live: list[_Live] = []
+    results: list[Episode | None] = [None] * len(tasks)
+
+    def start(i: int) -> _Live:
+        lv = _Live(i, tasks[i], context[i] if context is not None else None, contextlib.ExitStack(), time.monotonic())
+        try:
+            sandbox = lv.stack.enter_context(make_sandbox(lv.task, backend=backend))
+            lv.session = harness.start(lv.task, sandbox, budgets.max_turns)
+        except Exception as e:  # recorded, never raised: one broken sandbox must not stop a run
+            lv.stop = _error_stop(e)
+        return lv
+
+    def step(lv: _Live, reply: Reply) -> None:
+        s = lv.session
+        lv.replies.append(reply)
+        s.messages.append({"role": "assistant", "content": reply.text, "tokens": reply.tokens})
+        try:
+            obs = harness.step(s, reply.text, budgets.wall_sec - (time.monotonic() - lv.start))
+            if track_progress:
+                record_progress(s)
+        except Exception as e:
+            lv.stop = _error_stop(e)
+            return
+        if obs is None:
+            lv.stop = ("failure", "agent confirmed task completion")
+        else:
+            s.messages.append({"role": "user", "content": obs})
+
+    def finish(lv: _Live) -> Episode:
+        strict, partial, tests = False, 0.0, {}
+        try:
+            if lv.stop[0] != "sandbox_error":
+                try:
+                    result = verify(lv.session.sandbox, lv.task)
+                    strict, partial, tests = result.strict, result.partial, result.tests
+                except Exception as e:
+                    lv.stop = _error_stop(e)
+        finally:
+            try:
+                lv.stack.close()
+            except Exception as e:
+                if lv.stop[0] != "sandbox_error":
+                    lv.stop = _error_stop(e)
+        return _record(lv, harness.name, tok, strict, partial, tests)
+
+    with ThreadPoolExecutor(max(1, concurrency)) as pool, \
+            tqdm(total=len(tasks), desc=f"episodes[{harness.name}]", disable=not show_progress) as bar:
+        while pending or live:
+            fresh = [pending.popleft() for _ in range(min(len(pending), concurrency - len(live)))]
+            live.extend(pool.map(start, fresh))
+
+            asking, prompts_len = [], []
+            for lv in live:
+                if lv.stop is not None:
+                    continue
+                s = lv.session
+                if s.turns >= s.max_turns:
+                    lv.stop = ("turn_limit", f"turn limit of {s.max_turns} reached")
+                elif time.monotonic() - lv.start >= budgets.wall_sec:
+                    lv.stop = ("timeout", f"wall-clock budget of {budgets.wall_sec:.0f}s spent")
+                else:
+                    n = len(encode_prompt(_view(s, lv.context), tok))
+                    if n >= budgets.max_tokens:
+                        lv.stop = ("context_overflow", f"prompt of {n} tokens reached max_tokens={budgets.max_tokens}")
+                    else:
+                        asking.append(lv)
+                        prompts_len.append(n)
+            if asking:
+                replies = policy.act([_view(lv.session, lv.context) for lv in asking],
+                                     [budgets.max_tokens - n for n in prompts_len])
+                list(pool.map(step, asking, replies))
+
+            done = [lv for lv in live if lv.stop is not None]
+            live = [lv for lv in live if lv.stop is None]
+            for ep, lv in zip(pool.map(finish, done), done):
+                results[lv.index] = ep
+                bar.update(1)
+    return results

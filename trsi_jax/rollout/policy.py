@@ -1,0 +1,69 @@
+"""Policies map conversations to replies; the episode runner batches all active episodes per call."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol, Sequence
+
+import jax
+
+from trsi_jax.rollout.chat import encode_prompt
+from trsi_jax.rollout.sampler import SampleConfig, Sampler
+from trsi_jax.rollout.tokenizer import Tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """What the policy said: text (without `<|im_end|>`), the sampled ids (with it, if produced), their logprobs."""
+
+    text: str
+    tokens: list[int]
+    logprobs: list[float] | None = None  # None when no model produced the tokens (scripted)
+
+
+class Policy(Protocol):
+    tokenizer: Tokenizer
+
+    def act(self, conversations: Sequence[list[dict]],
+            max_new_tokens: Sequence[int] | None = None) -> list[Reply]: ...
+
+
+class ModelPolicy:
+    """A JAX model sampled with `Sampler`; prompts use the exact tokens of earlier sampled turns."""
+
+    def __init__(self, model, tokenizer: Tokenizer, sample_cfg: SampleConfig, max_len: int, seed: int = 0):
+        stop = tuple(sample_cfg.stop_ids) or (tokenizer.im_end_id, tokenizer.eos_id)
+        self.sample_cfg = dataclasses.replace(sample_cfg, stop_ids=stop)
+        self.tokenizer = tokenizer
+        self.sampler = Sampler(model, max_len, pad_id=tokenizer.pad_id)
+        self._rng = jax.random.key(seed)
+
+    def act(self, conversations, max_new_tokens=None) -> list[Reply]:
+        prompts = [encode_prompt(c, self.tokenizer) for c in conversations]
+        self._rng, key = jax.random.split(self._rng)
+        out = self.sampler.generate(prompts, self.sample_cfg, key, max_new_tokens)
+        replies = []
+        for tokens, logprobs in out:
+            body = tokens[:-1] if tokens and tokens[-1] in self.sample_cfg.stop_ids else tokens
+            replies.append(Reply(self.tokenizer.decode(body), tokens, logprobs))
+        return replies
+
+
+class ScriptedPolicy:
+    """Replies from a plain function `fn(conversation) -> text` (tests, oracles, demos)."""
+
+    def __init__(self, fn: Callable[[list[dict]], str], tokenizer: Tokenizer):
+        self.fn = fn
+        self.tokenizer = tokenizer
+
+    def act(self, conversations, max_new_tokens=None) -> list[Reply]:
+        replies = []
+        for i, conv in enumerate(conversations):
+            text = self.fn(conv)
+            tokens = self.tokenizer.encode(text)
+            if max_new_tokens is not None and len(tokens) + 1 > max_new_tokens[i]:
+                tokens = tokens[:max(max_new_tokens[i], 1)]  # cut off like a sampler at its limit
+                text = self.tokenizer.decode(tokens)
+            else:
+                tokens = tokens + [self.tokenizer.im_end_id]
+            replies.append(Reply(text, tokens))
+        return replies

@@ -1,0 +1,153 @@
+"""Batched autoregressive sampling over the model's KV/recurrent cache, all on device.
+
+Prompts are left-padded into one [B, T] block (B and T rounded up to buckets so few shapes
+compile), prefilled once, then a jitted `lax.while_loop` decodes until every row has hit a
+stop token or its own token limit. Rows finish independently; finished rows keep decoding
+padding (batch shapes are static) but their outputs are cut on the host.
+
+Logprobs: for each sampled token we return log-softmax of the *raw* logits (the policy at
+temperature 1, no top-p/top-k), which is what PPO's importance ratio needs as the old policy,
+whatever sampling temperature produced the token.
+
+Params may carry shardings (e.g. FSDP over a mesh): the jitted functions take the NNX state as
+an argument, so XLA partitions the computation from the input shardings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleConfig:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass kept (1 = off)
+    top_k: int = 0  # keep the k most likely (0 = off)
+    max_new_tokens: int = 256
+    stop_ids: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"SampleConfig.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SampleConfig.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0 or self.max_new_tokens < 1:
+            raise ValueError(f"SampleConfig needs top_k >= 0 and max_new_tokens >= 1, got {self}")
+
+
+def sample_tokens(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_p: float, top_k: int) -> jax.Array:
+    """One token per row: greedy at temperature 0, else from softmax(logits / T) cut to top-k / top-p."""
+    logits_BV = logits_BV.astype(jnp.float32)
+    if temperature == 0:
+        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+    x_BV = logits_BV / temperature
+    if top_k == 0 and top_p >= 1:
+        return jax.random.categorical(rng, x_BV, axis=-1).astype(jnp.int32)
+    k = top_k if top_k > 0 else x_BV.shape[-1]
+    vals_BK, idx_BK = jax.lax.top_k(x_BV, min(k, x_BV.shape[-1]))  # sorted, most likely first
+    if top_p < 1:
+        probs_BK = jax.nn.softmax(vals_BK, axis=-1)
+        mass_before_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK
+        vals_BK = jnp.where(mass_before_BK < top_p, vals_BK, -jnp.inf)  # the top token always stays
+    choice_B = jax.random.categorical(rng, vals_BK, axis=-1)
+    return jnp.take_along_axis(idx_BK, choice_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+
+def token_logprobs(logits_BV: jax.Array, tokens_B: jax.Array) -> jax.Array:
+    """log pi(token) under the raw (temperature-1) policy."""
+    logp_BV = jax.nn.log_softmax(logits_BV.astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp_BV, tokens_B[:, None], axis=-1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def _prefill(graphdef, state, tokens_BT, mask_BT, cache):
+    model = nnx.merge(graphdef, state)
+    logits_BTV, cache = model.prefill(tokens_BT, mask_BT, cache)
+    return logits_BTV[:, -1].astype(jnp.float32), cache
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id"), donate_argnames=("cache",))
+def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, pad_id: int):
+    """Samples up to cfg.max_new_tokens per row; row b stops at a stop id or after limit_B[b] tokens."""
+    model = nnx.merge(graphdef, state)
+    B, N = logits_BV.shape[0], cfg.max_new_tokens
+    stop_S = jnp.asarray(cfg.stop_ids or (-1,), jnp.int32)
+    n_steps = jnp.minimum(N, jnp.max(limit_B))
+
+    def cond(carry):
+        step, done_B = carry[0], carry[-1]
+        return (step < n_steps) & ~jnp.all(done_B)
+
+    def body(carry):
+        step, logits_BV, cache, rng, toks_BN, logp_BN, len_B, done_B = carry
+        rng, key = jax.random.split(rng)
+        tok_B = sample_tokens(logits_BV, key, cfg.temperature, cfg.top_p, cfg.top_k)
+        lp_B = token_logprobs(logits_BV, tok_B)
+        tok_B = jnp.where(done_B, pad_id, tok_B)
+        toks_BN = toks_BN.at[:, step].set(tok_B)
+        logp_BN = logp_BN.at[:, step].set(jnp.where(done_B, 0.0, lp_B))
+        len_B = len_B + (~done_B).astype(jnp.int32)
+        done_B = done_B | jnp.isin(tok_B, stop_S) | (len_B >= limit_B)
+        logits_BV, cache = model.decode_step(tok_B, cache)
+        return step + 1, logits_BV.astype(jnp.float32), cache, rng, toks_BN, logp_BN, len_B, done_B
+
+    carry = (jnp.int32(0), logits_BV, cache, rng, jnp.full((B, N), pad_id, jnp.int32),
+             jnp.zeros((B, N), jnp.float32), jnp.zeros((B,), jnp.int32), limit_B <= 0)
+    _, _, _, _, toks_BN, logp_BN, len_B, _ = jax.lax.while_loop(cond, body, carry)
+    return toks_BN, logp_BN, len_B
+
+
+def _bucket(n: int, minimum: int) -> int:
+    """Next power of two >= n (at least `minimum`): bounds the number of compiled shapes."""
+    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+
+
+class Sampler:
+    """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included."""
+
+    def __init__(self, model, max_len: int, pad_id: int = 0, cache_dtype=None):
+        from trsi_jax.models import init_cache
+
+        self.model = model
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self._init_cache = init_cache
+        self.cache_dtype = cache_dtype or jnp.dtype(model.cfg.dtype)
+
+    def generate(self, prompts: Sequence[Sequence[int]], cfg: SampleConfig, rng: jax.Array,
+                 max_new_tokens: Sequence[int] | None = None) -> list[tuple[list[int], list[float]]]:
+        """Samples a continuation of every prompt; `max_new_tokens` optionally caps rows individually."""
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        longest = max(len(p) for p in prompts)
+        T = min(_bucket(longest, 16), self.max_len)
+        room = self.max_len - T
+        if longest > self.max_len - 1 or room < 1:
+            raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
+        B = _bucket(len(prompts), 1)
+        tokens_BT = np.full((B, T), self.pad_id, np.int32)
+        mask_BT = np.zeros((B, T), np.int32)
+        limit_B = np.zeros((B,), np.int32)  # padding rows: limit 0, done from the start
+        for b, p in enumerate(prompts):
+            tokens_BT[b, T - len(p):] = p
+            mask_BT[b, T - len(p):] = 1
+            cap = cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
+            limit_B[b] = min(cap, room)
+        tokens_BT[len(prompts):, -1] = self.pad_id  # dummy rows: one real token keeps attention finite
+        mask_BT[len(prompts):, -1] = 1
+
+        graphdef, state = nnx.split(self.model)
+        cache = self._init_cache(self.model.cfg, B, self.max_len, self.cache_dtype)
+        logits_BV, cache = _prefill(graphdef, state, jnp.asarray(tokens_BT), jnp.asarray(mask_BT), cache)
+        toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, jnp.asarray(limit_B),
+                                          cfg, self.pad_id)
+        toks_BN, logp_BN, len_B = jax.device_get((toks_BN, logp_BN, len_B))
+        return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]
