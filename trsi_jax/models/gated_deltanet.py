@@ -1,0 +1,110 @@
+"""Gated delta rule, pure functions: chunked (WY form, training/prefill) and recurrent (decode).
+
+Per value head, with state S [Dk, Dv], decay g_t <= 0 (log space), write strength beta_t in
+(0, 1), L2-normalised key k_t and query q_t (scaled by Dk^-1/2):
+
+    S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - exp(g_t) S_{t-1}^T k_t))^T,   o_t = S_t^T q_t
+
+All math here is fp32. Value head h reads key head h // (Hv / Hk).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def l2norm(x, eps: float = 1e-6):
+    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _prepare(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH):
+    """fp32, key heads repeated to value heads, q/k L2-normalised, q scaled."""
+    groups = v_BTHV.shape[2] // q_BTKD.shape[2]
+    q, k = (jnp.repeat(l2norm(x.astype(jnp.float32)), groups, axis=2) for x in (q_BTKD, k_BTKD))
+    q = q * (q.shape[-1] ** -0.5)
+    return q, k, v_BTHV.astype(jnp.float32), g_BTH.astype(jnp.float32), beta_BTH.astype(jnp.float32)
+
+
+def recurrent_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=None):
+    """Token-by-token reference/decode form. Returns (o_BTHV fp32, final state_BHDV fp32)."""
+    q, k, v, g, beta = _prepare(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH)
+    b, _, h, dk = k.shape
+    if state_BHDV is None:
+        state_BHDV = jnp.zeros((b, h, dk, v.shape[-1]), jnp.float32)
+
+    def step(s_BHDV, xs):
+        q_t, k_t, v_t, g_t, beta_t = xs
+        s_BHDV = s_BHDV * jnp.exp(g_t)[..., None, None]
+        pred_BHV = jnp.einsum("bhdv,bhd->bhv", s_BHDV, k_t)
+        delta_BHV = (v_t - pred_BHV) * beta_t[..., None]
+        s_BHDV = s_BHDV + k_t[..., :, None] * delta_BHV[..., None, :]
+        return s_BHDV, jnp.einsum("bhdv,bhd->bhv", s_BHDV, q_t)
+
+    xs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, g, beta))
+    state, o_TBHV = jax.lax.scan(step, state_BHDV.astype(jnp.float32), xs)
+    return jnp.moveaxis(o_TBHV, 0, 1), state
+
+
+def chunk_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=None, chunk: int = 64):
+    """Chunked WY form: within a chunk the C delta updates collapse into a unit lower-triangular
+    solve plus matmuls; a scan carries the fp32 state across chunks. Any T (padded internally
+    with g = 0, beta = 0, k = 0, which leaves the state unchanged). Same returns as the recurrent form.
+    """
+    q, k, v, g, beta = _prepare(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH)
+    b, t, h, dk = k.shape
+    dv = v.shape[-1]
+    if state_BHDV is None:
+        state_BHDV = jnp.zeros((b, h, dk, dv), jnp.float32)
+    n = -(-t // chunk)
+    pad = n * chunk - t
+
+    def chunked(x):  # [B, T, H, ...] -> [N, B, H, C, ...]
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+        x = x.reshape(b, n, chunk, *x.shape[2:])
+        return jnp.moveaxis(jnp.moveaxis(x, 1, 0), 3, 2)
+
+    q, k, v, g, beta = (chunked(x) for x in (q, k, v, g, beta))
+    gc_NBHC = jnp.cumsum(g, axis=-1)  # log decay from chunk start to each position
+    lower = jnp.tril(jnp.ones((chunk, chunk), bool))
+    # decay_ij = exp(gc_i - gc_j) for j <= i, else 0 (masked before exp to avoid overflow).
+    diff = gc_NBHC[..., :, None] - gc_NBHC[..., None, :]
+    decay_NBHCC = jnp.exp(jnp.where(lower, diff, -jnp.inf))
+    k_beta = k * beta[..., None]
+    # Unit lower-triangular system (I + A), A = strictly lower part of (beta k) k^T * decay.
+    a_NBHCC = jnp.where(lower & ~jnp.eye(chunk, dtype=bool), k_beta @ jnp.swapaxes(k, -1, -2) * decay_NBHCC, 0.0)
+    system = a_NBHCC + jnp.eye(chunk, dtype=jnp.float32)
+    rhs = jnp.concatenate([v * beta[..., None], k_beta * jnp.exp(gc_NBHC)[..., None]], axis=-1)
+    sol = jax.lax.linalg.triangular_solve(system, rhs, left_side=True, lower=True, unit_diagonal=True)
+    u_NBHCV, w_NBHCD = sol[..., :dv], sol[..., dv:]
+    intra_NBHCC = q @ jnp.swapaxes(k, -1, -2) * decay_NBHCC
+    q_decayed = q * jnp.exp(gc_NBHC)[..., None]
+    k_to_end = k * jnp.exp(gc_NBHC[..., -1:] - gc_NBHC)[..., None]
+    chunk_decay_NBH = jnp.exp(gc_NBHC[..., -1])
+
+    def step(s_BHDV, xs):
+        u, w, intra, qd, ke, cd = xs
+        v_new = u - w @ s_BHDV
+        o = qd @ s_BHDV + intra @ v_new
+        s_BHDV = s_BHDV * cd[..., None, None] + jnp.swapaxes(ke, -1, -2) @ v_new
+        return s_BHDV, o
+
+    state, o_NBHCV = jax.lax.scan(
+        step, state_BHDV.astype(jnp.float32),
+        (u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed, k_to_end, chunk_decay_NBH))
+    o_BTHV = jnp.moveaxis(o_NBHCV, 0, 1)  # [B, N, H, C, V]
+    o_BTHV = jnp.swapaxes(o_BTHV, 2, 3).reshape(b, n * chunk, h, dv)[:, :t]
+    return o_BTHV, state
+
+
+def causal_conv1d(x_BTC, w_KC, prefix_BKC=None):
+    """Depthwise causal conv + SiLU. `prefix_BKC` holds the K-1 inputs before x (zeros if None).
+
+    Returns (y_BTC, new prefix = last K-1 inputs of [prefix, x]).
+    """
+    kk = w_KC.shape[0]
+    if prefix_BKC is None:
+        prefix_BKC = jnp.zeros((x_BTC.shape[0], kk - 1, x_BTC.shape[2]), x_BTC.dtype)
+    xx = jnp.concatenate([prefix_BKC.astype(x_BTC.dtype), x_BTC], axis=1)
+    t = x_BTC.shape[1]
+    y = sum(xx[:, j:j + t].astype(jnp.float32) * w_KC[j].astype(jnp.float32) for j in range(kk))
+    return jax.nn.silu(y).astype(x_BTC.dtype), xx[:, t:]
