@@ -1,6 +1,8 @@
 """Task families: name -> `make(seed) -> TaskSpec`. Add a family by adding a module and a line here."""
-from sandboxes.suite.families import files
+from sandboxes.suite.families import files, git, text
 
 FAMILIES = {
     "files": files.make,
+    "text": text.make,
+    "git": git.make,
 }
