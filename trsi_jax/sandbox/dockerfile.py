@@ -1,0 +1,217 @@
+"""The Dockerfile subset task environments may use, parsed into steps a backend can replay.
+
+Supported: FROM, WORKDIR, ENV, ARG (build-time variables), COPY/ADD (local sources only), RUN
+(shell or JSON form). Ignored (no effect on a task's files): LABEL, MAINTAINER, EXPOSE, CMD,
+ENTRYPOINT, VOLUME, HEALTHCHECK, STOPSIGNAL, SHELL, USER. Anything else is an error naming the line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import re
+import shlex
+from pathlib import Path
+
+IGNORED = {"LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "VOLUME", "HEALTHCHECK", "STOPSIGNAL", "SHELL", "USER"}
+# Files of the task folder that must never reach the environment (TB1 uses the task folder as context).
+PRIVATE_NAMES = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh", "task.yaml", "task.toml")
+
+
+class DockerfileError(ValueError):
+    """The Dockerfile uses something outside the supported subset; names file, line and instruction."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    kind: str  # "workdir" | "env" | "copy" | "run"
+    line: int
+    args: tuple  # workdir: (path,); env: ((k, v), ...); copy: (sources tuple, dest); run: (shell cmd,)
+
+
+@dataclasses.dataclass(frozen=True)
+class DockerfileSpec:
+    path: Path
+    base_image: str
+    steps: tuple[Step, ...]
+
+    @property
+    def workdir(self) -> str | None:
+        dirs = [s.args[0] for s in self.steps if s.kind == "workdir"]
+        return dirs[-1] if dirs else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        out = {}
+        for s in self.steps:
+            if s.kind == "env":
+                out.update(dict(s.args))
+        return out
+
+
+def _logical_lines(text: str):
+    """(line number, instruction text) with comments dropped and backslash continuations joined."""
+    buf, start = [], 0
+    for i, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue
+        if not buf:
+            start = i
+        if stripped.endswith("\\"):
+            buf.append(stripped[:-1])
+            continue
+        buf.append(stripped)
+        yield start, " ".join(b for b in buf if b)
+        buf = []
+    if buf:
+        yield start, " ".join(buf)
+
+
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def substitute(value: str, env: dict[str, str]) -> str:
+    """Expand $VAR, ${VAR} and ${VAR:-default} like Docker does in WORKDIR/ENV/COPY."""
+    def repl(m):
+        name = m.group(1) or m.group(3)
+        return env.get(name) or (m.group(2) or "") if m.group(2) is not None else env.get(name, "")
+    return _VAR.sub(repl, value)
+
+
+def _err(path: Path, line: int, msg: str) -> DockerfileError:
+    return DockerfileError(f"{path}:{line}: {msg}")
+
+
+def _pairs(rest: str, path: Path, line: int, what: str) -> list[tuple[str, str]]:
+    """ENV/ARG arguments: `K=V K2="v 2"` or the legacy `K V with spaces`."""
+    try:
+        words = shlex.split(rest)
+    except ValueError as e:
+        raise _err(path, line, f"{what}: {e}") from None
+    if not words:
+        raise _err(path, line, f"{what} needs arguments")
+    if "=" not in words[0]:
+        if what == "ARG":
+            return [(words[0], "")]
+        if len(words) < 2:
+            raise _err(path, line, f"{what} {words[0]} has no value")
+        return [(words[0], rest.split(None, 1)[1].strip())]
+    out = []
+    for w in words:
+        if "=" not in w:
+            raise _err(path, line, f"{what}: expected KEY=VALUE, got {w!r}")
+        k, v = w.split("=", 1)
+        out.append((k, v))
+    return out
+
+
+def parse_dockerfile(path: Path, build_args: dict[str, str] | None = None) -> DockerfileSpec:
+    """Parse a task Dockerfile into steps; raises DockerfileError naming file:line on anything unsupported."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise DockerfileError(f"{path}: cannot read: {e}") from None
+    base, steps, env, args = None, [], {}, dict(build_args or {})
+    for line, inst in _logical_lines(text):
+        word, _, rest = inst.partition(" ")
+        op, rest = word.upper(), rest.strip()
+        scope = {**args, **env}
+        if "<<" in rest and op in ("RUN", "COPY"):
+            raise _err(path, line, f"{op} heredocs are not supported")
+        if op == "FROM":
+            if base is not None:
+                raise _err(path, line, "multi-stage builds (a second FROM) are not supported")
+            parts = rest.split()
+            if not parts or any(p.startswith("--") for p in parts):
+                raise _err(path, line, f"FROM: expected an image name, got {rest!r}")
+            base = substitute(parts[0], scope)
+        elif base is None and op != "ARG":
+            raise _err(path, line, f"{op} before FROM")
+        elif op == "ARG":
+            for k, v in _pairs(rest, path, line, "ARG"):
+                args.setdefault(k, substitute(v, scope))
+        elif op == "ENV":
+            pairs = tuple((k, substitute(v, scope)) for k, v in _pairs(rest, path, line, "ENV"))
+            env.update(pairs)
+            steps.append(Step("env", line, pairs))
+        elif op == "WORKDIR":
+            wd = substitute(rest, scope).strip().strip('"')
+            if not wd:
+                raise _err(path, line, "WORKDIR needs a path")
+            prev = next((s.args[0] for s in reversed(steps) if s.kind == "workdir"), "/")
+            steps.append(Step("workdir", line, (wd if wd.startswith("/") else f"{prev.rstrip('/')}/{wd}",)))
+        elif op in ("COPY", "ADD"):
+            steps.append(Step("copy", line, _copy_args(op, rest, scope, path, line)))
+        elif op == "RUN":
+            if rest.startswith("["):
+                try:
+                    argv = json.loads(rest)
+                except json.JSONDecodeError as e:
+                    raise _err(path, line, f"RUN: bad JSON form: {e}") from None
+                rest = shlex.join(argv)
+            elif rest.startswith("--"):
+                raise _err(path, line, f"RUN flags are not supported: {rest.split()[0]}")
+            if not rest:
+                raise _err(path, line, "RUN needs a command")
+            steps.append(Step("run", line, (rest,)))
+        elif op not in IGNORED:
+            raise _err(path, line, f"unsupported instruction {op}")
+    if base is None:
+        raise DockerfileError(f"{path}: no FROM instruction")
+    return DockerfileSpec(path=path, base_image=base, steps=tuple(steps))
+
+
+def _copy_args(op: str, rest: str, scope: dict, path: Path, line: int) -> tuple[tuple[str, ...], str]:
+    if rest.startswith("["):
+        try:
+            words = json.loads(rest)
+        except json.JSONDecodeError as e:
+            raise _err(path, line, f"{op}: bad JSON form: {e}") from None
+    else:
+        words = shlex.split(rest)
+    flags = [w for w in words if w.startswith("--")]
+    words = [substitute(w, scope) for w in words if not w.startswith("--")]
+    for f in flags:
+        if not f.startswith(("--chown=", "--chmod=")):
+            raise _err(path, line, f"{op} flag {f} is not supported (only --chown/--chmod)")
+    if len(words) < 2:
+        raise _err(path, line, f"{op} needs at least one source and a destination")
+    for src in words[:-1]:
+        if re.match(r"^[a-z]+://", src):
+            raise _err(path, line, f"{op} from a URL is not supported: {src}")
+        if src.startswith("/") or ".." in Path(src).parts:
+            raise _err(path, line, f"{op} source must stay inside the build context: {src}")
+    return tuple(words[:-1]), words[-1]
+
+
+def is_private(rel: Path) -> bool:
+    """True for task-folder files that must never enter the environment (tests, solution, task spec)."""
+    return bool(rel.parts) and rel.parts[0] in PRIVATE_NAMES
+
+
+def context_files(context_dir: Path) -> list[Path]:
+    """Relative paths of the build context, minus the task's private files (see PRIVATE_NAMES)."""
+    out = []
+    for p in sorted(context_dir.rglob("*")):
+        rel = p.relative_to(context_dir)
+        if not is_private(rel) and (p.is_file() or p.is_symlink() or (p.is_dir() and not any(p.iterdir()))):
+            out.append(rel)
+    return out
+
+
+def match_sources(context_dir: Path, src: str) -> list[Path]:
+    """Context paths named by one COPY source (globs allowed); private files never match."""
+    if src in (".", "./"):
+        return [Path(".")]
+    hits = [Path(p) for p in sorted(fnmatch.filter(
+        [str(r) for r in _all_paths(context_dir)], src.rstrip("/")))]
+    return [h for h in hits if not is_private(h)]
+
+
+def _all_paths(context_dir: Path):
+    for p in context_dir.rglob("*"):
+        yield p.relative_to(context_dir)

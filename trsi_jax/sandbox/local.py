@@ -1,0 +1,363 @@
+"""The `local` backend: bubblewrap over a private root directory per sandbox, no daemon.
+
+Layout: `<tmp>/trsi-sbx-*/root` is the sandbox's `/` (workdir, /tmp, /root, a private minimal /etc,
+...). Host system directories (/usr and the /bin, /lib* links) are bound read-only on top; nothing
+else of the host is visible (not the task folder, not the project). Every command runs in its own
+bwrap (new pid/net/ipc/uts namespaces, all capabilities dropped but a docker-like few, rlimits via
+prlimit, all joined to one per-sandbox pids+memory cgroup); the terminal is one long-lived bwrap
+running a tmux server. Verification and progress probes use a root rebuilt from the sandbox's
+top-level entries, so whatever the agent did to /bin or /lib cannot reach the verifier.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from trsi_jax.sandbox import dockerfile as dfile
+from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
+                                   OutputCollector, Sandbox, SandboxError)
+from trsi_jax.sandbox.cgroup import Cgroup
+from trsi_jax.tasks import Task
+
+SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+SPECIAL_ENTRIES = ("dev", "proc")
+# The minimal /etc every sandbox gets a private, writable copy of.
+ETC_ALLOWLIST = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+                 "alternatives", "localtime", "timezone", "bash.bashrc", "profile", "inputrc", "terminfo",
+                 "login.defs", "skel", "python3", "python3.11", "mime.types", "protocols", "services",
+                 "debian_version", "os-release", "shells")
+ETC_NETWORK = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf")
+# Capabilities root keeps inside (roughly docker's default set, minus mknod/net_raw/chroot/setfcap).
+CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETUID", "CAP_SETGID",
+        "CAP_NET_BIND_SERVICE")
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+            "LANG": "C.UTF-8", "TERM": "xterm-256color", "USER": "root", "SHELL": "/bin/bash"}
+# Verifier-only environment: no cwd on sys.path, no user site-packages, no agent-planted preloads.
+PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
+VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _system_binds(root: Path | None) -> list[str]:
+    """bwrap args giving the host's system dirs (read-only) and links; with `root` (a bound root
+    directory) the links are (re)made there on the host, since bwrap refuses existing ones."""
+    args = []
+    for name in SYSTEM_ENTRIES:
+        host = Path("/") / name
+        if host.is_symlink():
+            target = os.readlink(host)
+            if root is None:
+                args += ["--symlink", target, f"/{name}"]
+            elif not ((root / name).is_symlink() and os.readlink(root / name) == target):
+                _remove(root / name)
+                (root / name).symlink_to(target)
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), f"/{name}"]
+    return args
+
+
+def _remove(p: Path) -> None:
+    """Remove a file, symlink or directory tree without following symlinks."""
+    if p.is_symlink() or p.is_file():
+        p.unlink()
+    elif p.is_dir():
+        shutil.rmtree(p)
+    elif p.exists():
+        p.unlink()
+
+
+class LocalSandbox(Sandbox):
+    """A bubblewrap sandbox built from the task's Dockerfile subset (RUN lines run inside it)."""
+
+    def __init__(self, task: Task, limits: Limits | None = None):
+        self.task = task
+        self.limits = limits or Limits.for_task(task)
+        self._dir = Path(tempfile.mkdtemp(prefix="trsi-sbx-"))
+        self.root = self._dir / "root"
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._terminal = None
+        self._closed = False
+        self._cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
+        self.env = dict(BASE_ENV)
+        self.workdir = task.environment.workdir
+        try:
+            self._make_root()
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- construction -------------------------------------------------------------------------
+    def _make_root(self) -> None:
+        self.root.mkdir()
+        for d, mode in (("tmp", 0o1777), ("root", 0o700), ("home", 0o755), ("run", 0o755), ("var/tmp", 0o1777),
+                        ("etc", 0o755), ("logs", 0o755)):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+            os.chmod(self.root / d, mode)
+        names = ETC_ALLOWLIST + (ETC_NETWORK if self.task.allow_internet else ())
+        for name in names:
+            src = Path("/etc") / name
+            if src.is_symlink() or src.is_file():
+                shutil.copy2(src, self.root / "etc" / name, follow_symlinks=not src.is_symlink())
+            elif src.is_dir():
+                shutil.copytree(src, self.root / "etc" / name, symlinks=True)
+        (self.root / "etc" / "hostname").write_text("sandbox\n")
+
+    def _build(self) -> None:
+        """Replay the Dockerfile subset: WORKDIR/ENV/COPY on the host side, RUN inside the sandbox."""
+        env_cfg = self.task.environment
+        if env_cfg.dockerfile is None:
+            self._host_dir(self.workdir, create=True)
+            return
+        try:
+            spec = dfile.parse_dockerfile(env_cfg.dockerfile)
+        except dfile.DockerfileError as e:
+            raise SandboxError(str(e)) from None
+        cwd = "/"
+        for step in spec.steps:
+            if step.kind == "workdir":
+                cwd = step.args[0]
+                self._host_dir(cwd, create=True)
+            elif step.kind == "env":
+                self.env.update(dict(step.args))
+            elif step.kind == "copy":
+                self._copy(env_cfg.context_dir, *step.args, cwd=cwd, where=f"{spec.path}:{step.line}")
+            elif step.kind == "run":
+                res = self._run(["bash", "-c", step.args[0]], cwd=cwd, env=self.env, timeout_sec=BUILD_TIMEOUT_SEC)
+                if res.exit_code != 0:
+                    raise SandboxError(f"{spec.path}:{step.line}: RUN failed (exit {res.exit_code}"
+                                       f"{', timed out' if res.timed_out else ''}): {res.output[-2000:]}")
+        self.workdir = spec.workdir or self.workdir
+        self._host_dir(self.workdir, create=True)
+
+    def _copy(self, context: Path, sources: tuple[str, ...], dest: str, cwd: str, where: str) -> None:
+        dest_abs = dest if dest.startswith("/") else f"{cwd.rstrip('/')}/{dest}"
+        into_dir = dest.endswith("/") or len(sources) > 1
+        for src in sources:
+            matches = dfile.match_sources(context, src)
+            if not matches:
+                raise SandboxError(f"{where}: COPY source {src!r} not found in {context} (tests/ and solution "
+                                   "files are never part of the environment)")
+            for rel in matches:
+                host_src = context / rel
+                if host_src.is_dir():  # a directory's contents are copied, as docker does
+                    target = self._host_dir(dest_abs, create=True)
+                    for child in host_src.iterdir():
+                        if not dfile.is_private((rel / child.name)):
+                            self._copy_entry(child, target / child.name)
+                else:
+                    name = dest_abs.rstrip("/") + "/" + rel.name if (into_dir or self._is_dir(dest_abs)) else dest_abs
+                    parent, _, base = name.rpartition("/")
+                    self._copy_entry(host_src, self._host_dir(parent or "/", create=True) / base)
+
+    @staticmethod
+    def _copy_entry(src: Path, dst: Path) -> None:
+        if src.is_dir() and not src.is_symlink():
+            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            if dst.is_symlink() or dst.exists():
+                _remove(dst)
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+    def _is_dir(self, sandbox_path: str) -> bool:
+        try:
+            return self._host_dir(sandbox_path, create=False).is_dir()
+        except SandboxError:
+            return False
+
+    def _host_dir(self, sandbox_path: str, create: bool) -> Path:
+        """Host path of a sandbox directory, each component a real directory under the root (symlinks
+        and files in the way are replaced when `create`; only used while no agent process runs)."""
+        parts = [p for p in sandbox_path.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise SandboxError(f"path {sandbox_path!r} must not contain '..'")
+        if parts and parts[0] in SYSTEM_ENTRIES + SPECIAL_ENTRIES:
+            raise SandboxError(f"the local backend cannot write into /{parts[0]} (read-only host system "
+                               f"directory): {sandbox_path}; use the docker backend for such environments")
+        cur = self.root
+        for p in parts:
+            cur = cur / p
+            if cur.is_dir() and not cur.is_symlink():
+                continue
+            if not create:
+                raise SandboxError(f"{sandbox_path}: not a directory in the sandbox")
+            if cur.is_symlink() or cur.exists():
+                _remove(cur)
+            cur.mkdir()
+        return cur
+
+    # ---- running commands ---------------------------------------------------------------------
+    def _bwrap(self, argv: list[str], *, cwd: str, env: dict[str, str], rebuilt_root: bool = False,
+               extra: list[str] = (), tmpfs_tmp: bool = False) -> list[str]:
+        a = ["bwrap"]
+        if rebuilt_root:  # verifier/probe: a fresh root from the sandbox's own entries, host system dirs
+            a += ["--tmpfs", "/"]
+            for entry in sorted(self.root.iterdir()):
+                name = entry.name
+                if name in SYSTEM_ENTRIES + SPECIAL_ENTRIES or (tmpfs_tmp and name == "tmp"):
+                    continue
+                if entry.is_symlink():
+                    a += ["--symlink", os.readlink(entry), f"/{name}"]
+                elif entry.is_dir() or entry.is_file():
+                    a += ["--ro-bind" if tmpfs_tmp else "--bind", str(entry), f"/{name}"]
+        else:
+            a += ["--bind", str(self.root), "/"]
+        a += _system_binds(None if rebuilt_root else self.root) + ["--dev", "/dev", "--proc", "/proc"]
+        if tmpfs_tmp:
+            a += ["--tmpfs", "/tmp"]
+        a += list(extra)
+        a += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+        if not self.task.allow_internet:
+            a += ["--unshare-net"]
+        a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        for cap in CAPS:
+            a += ["--cap-add", cap]
+        a += ["--clearenv"]
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        a += ["--chdir", cwd, "--"]
+        lim = self.limits
+        a += ["prlimit", f"--cpu={lim.cpu_sec}", f"--fsize={lim.file_size_mb << 20}", f"--nofile={lim.nofile}",
+              "--core=0"]
+        if self._cgroup is None:  # no cgroup to cap memory: cap each process's address space
+            a += [f"--as={lim.memory_mb << 20}"]
+        a += ["--"] + argv
+        if self._cgroup is not None:  # join the sandbox cgroup before bwrap starts anything
+            join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self._cgroup.procs_files)
+            a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + a
+        return a
+
+    def _spawn(self, argv: list[str], stdout=subprocess.PIPE) -> subprocess.Popen:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        if not self.root.is_dir():
+            raise SandboxError(f"sandbox root {self.root} vanished")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        with self._lock:
+            self._procs.add(proc)
+        return proc
+
+    def _kill(self, proc: subprocess.Popen) -> None:
+        """Kill bwrap's outer process: its pid-1 child then dies (--die-with-parent) and takes the pid
+        namespace, hence every process the command started, with it."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        with self._lock:
+            self._procs.discard(proc)
+
+    def _run(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_sec: float, **bw) -> ExecResult:
+        proc = self._spawn(self._bwrap(argv, cwd=cwd, env=env, **bw))
+        out = OutputCollector(proc.stdout, self.limits.output_bytes)
+        timed_out = False
+        try:
+            code = proc.wait(timeout=timeout_sec)
+        except subprocess.TimeoutExpired:
+            timed_out, code = True, -1
+        self._kill(proc)
+        text, truncated = out.result()
+        proc.stdout.close()
+        if code == 1 and text.startswith("bwrap:"):
+            raise SandboxError(f"bubblewrap failed: {text.strip()[:500]}")
+        return ExecResult(exit_code=code, output=text, timed_out=timed_out, truncated=truncated)
+
+    def exec(self, cmd: str, timeout_sec: float = DEFAULT_EXEC_TIMEOUT_SEC, *, env: dict[str, str] | None = None,
+             with_pytest: bool = False) -> ExecResult:
+        full_env = {**self.env, **(env or {})}
+        extra: list[str] = []
+        if with_pytest:
+            extra, full_env = self._pytest_binds(full_env)
+        return self._run(["bash", "-c", cmd], cwd=self.workdir, env=full_env, timeout_sec=timeout_sec,
+                         rebuilt_root=with_pytest, extra=extra)
+
+    def _pytest_binds(self, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """This interpreter (it has pytest) bound read-only at /.trsi (away from the agent's paths) and
+        first on PATH as python3; only for the verifier and probes, which run on a rebuilt root."""
+        pybin = self._dir / "pybin"
+        if not pybin.is_dir():
+            pybin.mkdir()
+            for name in ("python3", "python"):
+                (pybin / name).symlink_to(f"{PY_MOUNT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}")
+        extra = ["--ro-bind", sys.base_prefix, PY_MOUNT, "--ro-bind", sysconfig.get_paths()["purelib"], SITE_MOUNT,
+                 "--ro-bind", str(pybin), BIN_MOUNT]
+        return extra, {**env, **VERIFIER_ENV, "PATH": f"{BIN_MOUNT}:{env.get('PATH', BASE_ENV['PATH'])}",
+                       "PYTHONPATH": SITE_MOUNT, "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib"}
+
+    def terminal(self):
+        from trsi_jax.sandbox.terminal import Terminal  # noqa: PLC0415 (terminal imports this module's types)
+        if self._terminal is None:
+            run_dir = self._host_dir("/run/trsi", create=True)
+            self._terminal = Terminal.start(self, host_run_dir=run_dir, sandbox_run_dir="/run/trsi")
+        return self._terminal
+
+    def spawn_terminal_server(self, argv: list[str]) -> subprocess.Popen:
+        """Start the long-lived bwrap that hosts the tmux server (used by terminal.Terminal)."""
+        return self._spawn(self._bwrap(argv, cwd=self.workdir, env=self.env), stdout=subprocess.DEVNULL)
+
+    def stop_processes(self) -> None:
+        if self._terminal is not None:
+            self._terminal.closed = True
+            self._terminal = None
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            self._kill(p)
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
+        preload = self.root / "etc" / "ld.so.preload"
+        if preload.is_symlink() or preload.exists():
+            _remove(preload)
+
+    def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
+        target = self._host_dir(sandbox_path, create=True)
+        _remove(target)
+        if host_dir is None:
+            target.mkdir()
+        else:
+            shutil.copytree(host_dir, target, symlinks=False)
+
+    def read_file(self, sandbox_path: str, max_bytes: int = 1 << 20) -> bytes | None:
+        parent, _, name = sandbox_path.rstrip("/").rpartition("/")
+        try:
+            d = self._host_dir(parent or "/", create=False)
+            fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW)
+        except (SandboxError, OSError):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            if not os.path.isfile(f"/proc/self/fd/{fd}"):
+                return None
+            return f.read(max_bytes)
+
+    def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
+        """Run in a separate bwrap: the sandbox's entries read-only, private /tmp, tests at /tmp/probe-*."""
+        copy = self._dir / f"probe-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(host_tests_dir, copy)
+        where = f"/tmp/{copy.name}"
+        try:
+            extra, env = self._pytest_binds(self.env)
+            return self._run(["bash", "-c", make_cmd(where)], cwd=where, env=env, timeout_sec=timeout_sec,
+                             rebuilt_root=True, tmpfs_tmp=True, extra=extra + ["--bind", str(copy), where])
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.stop_processes()
+        self._closed = True
+        if self._cgroup is not None:
+            self._cgroup.destroy()
+        shutil.rmtree(self._dir, ignore_errors=True)
