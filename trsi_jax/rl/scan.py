@@ -1,0 +1,56 @@
+"""Reverse first-order linear recurrences, the kernel under every advantage estimator.
+
+Solves x_t = b_t + a_t * x_{t+1} along the last axis with x_T = 0, i.e. composes the affine maps
+f_t(x) = a_t x + b_t from the end. (a, b) = (1, 0) is the identity map, which is how estimators
+skip positions for free. Several right-hand sides `bs` may share one coefficient array `a`
+(solved together: the products of `a` are formed once).
+
+Two exact formulations of the same recurrence (they differ only in float rounding order):
+- "associative": `jax.lax.associative_scan` over affine maps, O(log T) depth.
+- "sequential":  `jax.lax.scan`, one step per position (the textbook loop, compiled).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def _compose(later, earlier):
+    """Reverse composition f_t ∘ C_{t+1}: the later-in-time map (a1, b1) applies first."""
+    a1, *b1 = later
+    a2, *b2 = earlier
+    return (a2 * a1, *(a2 * x1 + x2 for x1, x2 in zip(b1, b2)))
+
+
+def reverse_linear_scan_associative(a, *bs):
+    """x_t = b_t + a_t x_{t+1}, x_T = 0 for each b in bs, via a reverse associative scan."""
+    _, *xs = jax.lax.associative_scan(_compose, (a, *bs), reverse=True, axis=a.ndim - 1)
+    return tuple(xs)
+
+
+def reverse_linear_scan_sequential(a, *bs):
+    """x_t = b_t + a_t x_{t+1}, x_T = 0 for each b in bs, one `lax.scan` step per position."""
+    a_T = jnp.moveaxis(a, -1, 0)
+    bs_T = tuple(jnp.moveaxis(b, -1, 0) for b in bs)
+
+    def step(x_next, ab):
+        a_t, b_t = ab
+        x = tuple(b + a_t * xn for b, xn in zip(b_t, x_next))
+        return x, x
+
+    init = tuple(jnp.zeros_like(b[0]) for b in bs_T)
+    _, xs_T = jax.lax.scan(step, init, (a_T, bs_T), reverse=True)
+    return tuple(jnp.moveaxis(x, 0, -1) for x in xs_T)
+
+
+SCAN_IMPLS = {
+    "associative": reverse_linear_scan_associative,
+    "sequential": reverse_linear_scan_sequential,
+}
+
+
+def reverse_linear_scan(a, *bs, impl: str = "associative"):
+    """Dispatch to one of `SCAN_IMPLS` by name (static under jit); returns a tuple like bs."""
+    if impl not in SCAN_IMPLS:
+        raise ValueError(f"impl={impl!r} unknown; choose one of {sorted(SCAN_IMPLS)}")
+    return SCAN_IMPLS[impl](a, *bs)
