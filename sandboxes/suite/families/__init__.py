@@ -1,9 +1,10 @@
 """Task families: name -> `make(seed) -> TaskSpec`. Add a family by adding a module and a line here."""
-from sandboxes.suite.families import data, files, git, text
+from sandboxes.suite.families import data, files, git, scripting, text
 
 FAMILIES = {
     "files": files.make,
     "text": text.make,
     "git": git.make,
     "data": data.make,
+    "scripting": scripting.make,
 }
