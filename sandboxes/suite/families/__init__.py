@@ -1,5 +1,5 @@
 """Task families: name -> `make(seed) -> TaskSpec`. Add a family by adding a module and a line here."""
-from sandboxes.suite.families import data, files, git, scripting, text
+from sandboxes.suite.families import data, files, git, scripting, sysadmin, text
 
 FAMILIES = {
     "files": files.make,
@@ -7,4 +7,5 @@ FAMILIES = {
     "git": git.make,
     "data": data.make,
     "scripting": scripting.make,
+    "sysadmin": sysadmin.make,
 }
