@@ -90,6 +90,26 @@ class OptimConfig:
     grad_accum: int = 1
 
 
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning: loss on assistant tokens, length-bucketed batches, Orbax checkpoints.
+
+    Steps count micro-batches: the run lasts `optim.total_steps * optim.grad_accum` steps.
+    """
+
+    optim: OptimConfig = OptimConfig(lr=1e-5, warmup_steps=10, total_steps=200)
+    batch_size: int = 8
+    max_len: int = 4096
+    pad_multiple: int = 64
+    bucket_window: int = 16
+    seed: int = 0
+    eval_fraction: float = 0.05  # share of the examples held out for the eval loss
+    eval_every: int = 50
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 10
+
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # Qwen3.8-27B: same text architecture as Qwen3.5/3.6-27B (26.9B text parameters).
     "qwen3_8_27b": ModelConfig(dtype="bfloat16", param_dtype="bfloat16", remat="full"),

@@ -1,0 +1,1 @@
+"""Training core: optimizer, Orbax checkpoints, SFT trainer."""
