@@ -61,7 +61,7 @@ def _logical_lines(text: str):
         if not buf:
             start = i
         if stripped.endswith("\\"):
-            buf.append(stripped[:-1])
+            buf.append(stripped[:-1].rstrip())
             continue
         buf.append(stripped)
         yield start, " ".join(b for b in buf if b)
@@ -204,14 +204,12 @@ def context_files(context_dir: Path) -> list[Path]:
 
 
 def match_sources(context_dir: Path, src: str) -> list[Path]:
-    """Context paths named by one COPY source (globs allowed); private files never match."""
-    if src in (".", "./"):
+    """Context paths named by one COPY source (globs match within one path level, as docker's do);
+    private files never match."""
+    pattern = src.rstrip("/")
+    if pattern in (".", ""):
         return [Path(".")]
-    hits = [Path(p) for p in sorted(fnmatch.filter(
-        [str(r) for r in _all_paths(context_dir)], src.rstrip("/")))]
+    depth = len(Path(pattern).parts)
+    names = [str(p.relative_to(context_dir)) for p in context_dir.rglob("*")]
+    hits = [Path(n) for n in sorted(fnmatch.filter(names, pattern)) if len(Path(n).parts) == depth]
     return [h for h in hits if not is_private(h)]
-
-
-def _all_paths(context_dir: Path):
-    for p in context_dir.rglob("*"):
-        yield p.relative_to(context_dir)

@@ -199,6 +199,10 @@ class LocalSandbox(Sandbox):
     # ---- running commands ---------------------------------------------------------------------
     def _bwrap(self, argv: list[str], *, cwd: str, env: dict[str, str], rebuilt_root: bool = False,
                extra: list[str] = (), tmpfs_tmp: bool = False) -> list[str]:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        if not self.root.is_dir():
+            raise SandboxError(f"sandbox root {self.root} vanished")
         a = ["bwrap"]
         if rebuilt_root:  # verifier/probe: a fresh root from the sandbox's own entries, host system dirs
             a += ["--tmpfs", "/"]
@@ -238,10 +242,6 @@ class LocalSandbox(Sandbox):
         return a
 
     def _spawn(self, argv: list[str], stdout=subprocess.PIPE) -> subprocess.Popen:
-        if self._closed:
-            raise SandboxError("sandbox is closed")
-        if not self.root.is_dir():
-            raise SandboxError(f"sandbox root {self.root} vanished")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         with self._lock:

@@ -1,0 +1,167 @@
+"""A tmux terminal inside a sandbox, driven like Terminal-Bench's Terminus harness.
+
+Keystrokes go in with `send_keys` (a string ending in "\\n" presses Enter; a lone tmux key name such
+as "C-c" or "Escape" is sent as that key); the call then waits `duration_sec`, returning early once
+the shell has printed a new prompt for every Enter pressed (bash's PROMPT_COMMAND bumps a counter
+file the host polls). `read_new_output` returns what appeared since the last read, capped.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from trsi_jax.sandbox.base import SandboxError, cap_text
+
+SESSION = "main"
+WIDTH, HEIGHT = 160, 48
+HISTORY_LINES = 20000
+POLL_SEC = 0.05
+MAX_DURATION_SEC = 600.0
+_KEY = re.compile(r"^(?:(?:C|M|S)-)+\S$|^(?:Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|"
+                  r"PageUp|PageDown|PgUp|PgDn|NPage|PPage|IC|DC|F[1-9]|F1[0-2])$")
+TMUX_CONF = f"""set -g history-limit {HISTORY_LINES}
+set -g default-shell /bin/bash
+set -g status off
+set -g update-environment ""
+set -g escape-time 0
+"""
+
+
+def prompt_hook(counter_path: str) -> str:
+    """bash PROMPT_COMMAND that counts prompts as the size of `counter_path` (one byte per prompt,
+    so the count survives the agent exiting its shell)."""
+    return f"printf . >> {counter_path}"
+
+
+class Terminal:
+    """One tmux session; `run_tmux(args)` runs a tmux client command against the sandbox's server,
+    `read_counter()` returns how many prompts the shell has printed so far."""
+
+    def __init__(self, run_tmux: Callable[[list[str]], str], read_counter: Callable[[], int], workdir: str,
+                 counter_path: str, on_close: Callable[[], None] = lambda: None):
+        self._tmux = run_tmux
+        self._counter = read_counter
+        self._workdir = workdir
+        self._counter_path = counter_path
+        self._on_close = on_close
+        self._last = ""
+        self.closed = False
+        self._new_session()
+        self._wait_prompts(self._counter(), 1, 5.0)
+        self._last = self._capture(history=True)
+
+    @classmethod
+    def start(cls, sandbox, host_run_dir: Path, sandbox_run_dir: str) -> "Terminal":
+        """Local backend: a bwrap running `tmux -D` (foreground server); the host's tmux client talks
+        to it through the socket in the sandbox's /run/trsi."""
+        if shutil.which("tmux") is None:
+            raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
+        (host_run_dir / "tmux.conf").write_text(TMUX_CONF)
+        sock = f"{sandbox_run_dir}/tmux.sock"
+        server = sandbox.spawn_terminal_server(["tmux", "-D", "-S", sock, "-f", f"{sandbox_run_dir}/tmux.conf"])
+        host_sock = host_run_dir / "tmux.sock"
+        deadline = time.monotonic() + 10.0
+        while not host_sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
+            time.sleep(0.005)
+
+        def run_tmux(args: list[str]) -> str:
+            if server.poll() is not None:
+                raise SandboxError("the sandbox's terminal (tmux server) died")
+            r = subprocess.run(["tmux", "-S", str(host_sock), *args], capture_output=True, timeout=30,
+                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+            if r.returncode != 0:
+                raise SandboxError(f"tmux {args[0]} failed: {r.stderr.decode(errors='replace').strip()}")
+            return r.stdout.decode("utf-8", "replace")
+
+        def read_counter() -> int:
+            try:
+                return (host_run_dir / "prompt").stat().st_size
+            except OSError:
+                return 0
+
+        return cls(run_tmux, read_counter, sandbox.workdir, f"{sandbox_run_dir}/prompt")
+
+    # ---- session ------------------------------------------------------------------------------
+    def _new_session(self) -> None:
+        self._tmux(["new-session", "-d", "-s", SESSION, "-x", str(WIDTH), "-y", str(HEIGHT), "-c", self._workdir,
+                    "-e", f"PROMPT_COMMAND={prompt_hook(self._counter_path)}"])
+
+    def _alive(self) -> bool:
+        try:
+            self._tmux(["has-session", "-t", SESSION])
+            return True
+        except SandboxError:
+            return False
+
+    def _ensure(self) -> None:
+        if self.closed:
+            raise SandboxError("terminal is closed (the sandbox was stopped or closed)")
+        if not self._alive():  # the agent exited its shell: give it a fresh one, as a new login would
+            self._new_session()
+            self._last = ""
+
+    def _wait_prompts(self, start: int, needed: int, budget: float) -> bool:
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            if self._counter() >= start + needed:
+                return True
+            time.sleep(POLL_SEC)
+        return False
+
+    # ---- I/O ----------------------------------------------------------------------------------
+    def send_keys(self, keystrokes: str, duration_sec: float = 1.0) -> bool:
+        """Type `keystrokes`; wait up to `duration_sec` (returns True if every command it entered
+        finished earlier, i.e. the shell printed a prompt per Enter)."""
+        self._ensure()
+        duration_sec = min(max(float(duration_sec), 0.0), MAX_DURATION_SEC)
+        start = self._counter()
+        body = keystrokes[:-1] if keystrokes.endswith("\n") else keystrokes
+        if _KEY.match(body):
+            self._tmux(["send-keys", "-t", SESSION, body] + (["Enter"] if keystrokes.endswith("\n") else []))
+            enters = int(keystrokes.endswith("\n") or body == "Enter")
+        else:
+            pieces = keystrokes.split("\n")
+            enters = len(pieces) - 1
+            for i, piece in enumerate(pieces):
+                for j in range(0, len(piece), 2048):
+                    self._tmux(["send-keys", "-t", SESSION, "-l", "--", piece[j:j + 2048]])
+                if i < len(pieces) - 1:
+                    self._tmux(["send-keys", "-t", SESSION, "Enter"])
+        if enters == 0:
+            time.sleep(duration_sec)
+            return False
+        return self._wait_prompts(start, enters, duration_sec)
+
+    def _capture(self, history: bool) -> str:
+        args = ["capture-pane", "-p", "-J", "-t", SESSION] + (["-S", "-", "-E", "-"] if history else [])
+        return self._tmux(args).rstrip()
+
+    def read_new_output(self, max_bytes: int = 16384) -> str:
+        """Text that appeared since the last read (the visible screen if history scrolled past it)."""
+        self._ensure()
+        now = self._capture(history=True)
+        if now.startswith(self._last):
+            new = now[len(self._last):]
+        else:
+            anchor = self._last[-2000:]
+            i = now.rfind(anchor) if anchor else -1
+            new = now[i + len(anchor):] if i >= 0 else (
+                "[... earlier output scrolled out of the terminal's history ...]\n" + self._capture(history=False))
+        self._last = now
+        return cap_text(new.lstrip("\n").encode(), max_bytes)[0]
+
+    def screen(self) -> str:
+        """The visible screen now."""
+        self._ensure()
+        return self._capture(history=False)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._on_close()
