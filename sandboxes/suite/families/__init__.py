@@ -1,5 +1,5 @@
 """Task families: name -> `make(seed) -> TaskSpec`. Add a family by adding a module and a line here."""
-from sandboxes.suite.families import data, files, git, scripting, sysadmin, text
+from sandboxes.suite.families import archives, data, files, git, scripting, sysadmin, text
 
 FAMILIES = {
     "files": files.make,
@@ -8,4 +8,5 @@ FAMILIES = {
     "data": data.make,
     "scripting": scripting.make,
     "sysadmin": sysadmin.make,
+    "archives": archives.make,
 }
