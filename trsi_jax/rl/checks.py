@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-MAX_TURN_ID = 2**24  # turn ids travel as float32 inside the scans; exact below this
+MAX_TURN_ID = 2**24  # turn ids travel as float32 inside the scans; exact below this in magnitude
 
 
 def _host(name: str, x) -> np.ndarray:
@@ -68,7 +68,8 @@ def check_scalar_in(name: str, x, lo: float, hi: float, hi_open: bool = False) -
 
 
 def check_advantage_inputs(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, **discounts) -> None:
-    """Shapes [B, T] all equal, finite rewards/values, 0/1 mask, integer turn ids, discounts in [0, 1]."""
+    """Shapes [B, T] all equal, finite rewards/values, 0/1 mask, integer turn ids (only compared
+    for equality; -1 padding is fine), discounts in [0, 1]."""
     check_ndim("rewards", rewards_BT, 2, "[B, T]")
     shape = np.shape(rewards_BT)
     for name, x in (("values", values_BT), ("policy_mask", policy_mask_BT), ("turn_ids", turn_ids_BT)):
@@ -76,7 +77,7 @@ def check_advantage_inputs(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, *
     check_finite("rewards", rewards_BT)
     check_finite("values", values_BT)
     check_binary_mask("policy_mask", policy_mask_BT)
-    check_int_range("turn_ids", turn_ids_BT, 0, MAX_TURN_ID)
+    check_int_range("turn_ids", turn_ids_BT, -MAX_TURN_ID, MAX_TURN_ID)
     for name, x in discounts.items():
         check_scalar_in(name, x, 0.0, 1.0)
 

@@ -45,6 +45,7 @@ def _relocated_and_next(r, v, m, turn_f, impl):
     return r_eff, _shift_left(v_at), _shift_left(k_at)
 
 
+@functools.partial(jax.jit, static_argnames=("impl",))
 def relocate_rewards(rewards_BT, policy_mask_BT, impl: str = "associative"):
     """Rewards as TB-GAE sees them: each masked token's reward is added to the preceding policy
     token; rewards before the first policy token go to the first policy token. Nothing is lost
@@ -162,9 +163,9 @@ def _turn_broadcast_core(rewards, values, policy_mask, turn_ids, gamma_turn, lam
     dt = _float_dtype(rewards, values)
     r, v, m, turn_f = (x.astype(dt) for x in (rewards, values, policy_mask, turn_ids))
     # Turn heads: policy tokens whose previous policy token (if any) is in another turn.
-    (turn_at_or_before,) = _flip_scan(1.0 - m, m * turn_f, impl=impl)
-    prev_turn = jnp.concatenate([jnp.full_like(turn_f[..., :1], -1), turn_at_or_before[..., :-1]], axis=-1)
-    head = m * (prev_turn != turn_f)
+    turn_at_or_before, seen = _flip_scan(1.0 - m, m * turn_f, m, impl=impl)
+    shift_right = lambda x: jnp.concatenate([jnp.zeros_like(x[..., :1]), x[..., :-1]], axis=-1)
+    head = m * ((shift_right(seen) == 0) | (shift_right(turn_at_or_before) != turn_f))
     # Turn-level GAE is TB-GAE on the heads alone: every step crosses a turn, so only the turn pair
     # applies, and each turn's rewards (its observation's too) relocate onto its head.
     adv_head = _tb_gae_two_pass(r, v, head, turn_f, gamma_turn, lam_turn, gamma_turn, lam_turn, impl)
