@@ -72,7 +72,7 @@ def _prefill(graphdef, state, tokens_BT, mask_BT, cache):
     return logits_BTV[:, -1].astype(jnp.float32), cache
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id"), donate_argnames=("cache",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id"))
 def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, pad_id: int):
     """Samples up to cfg.max_new_tokens per row; row b stops at a stop id or after limit_B[b] tokens."""
     model = nnx.merge(graphdef, state)
@@ -109,16 +109,18 @@ def _bucket(n: int, minimum: int) -> int:
 
 
 class Sampler:
-    """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included."""
+    """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included.
 
-    def __init__(self, model, max_len: int, pad_id: int = 0, cache_dtype=None):
-        from trsi_jax.models import init_cache
+    With a `mesh`, prompts and the cache are split over the batch axes (data, fsdp) and the
+    batch is padded to a multiple of their size; params keep whatever shardings they carry.
+    """
 
+    def __init__(self, model, max_len: int, pad_id: int = 0, cache_dtype=None, mesh=None):
         self.model = model
         self.max_len = max_len
         self.pad_id = pad_id
-        self._init_cache = init_cache
         self.cache_dtype = cache_dtype or jnp.dtype(model.cfg.dtype)
+        self.mesh = mesh
 
     def generate(self, prompts: Sequence[Sequence[int]], cfg: SampleConfig, rng: jax.Array,
                  max_new_tokens: Sequence[int] | None = None) -> list[tuple[list[int], list[float]]]:
@@ -133,6 +135,9 @@ class Sampler:
         if longest > self.max_len - 1 or room < 1:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
         B = _bucket(len(prompts), 1)
+        if self.mesh is not None:
+            n = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+            B = -(-B // n) * n
         tokens_BT = np.full((B, T), self.pad_id, np.int32)
         mask_BT = np.zeros((B, T), np.int32)
         limit_B = np.zeros((B,), np.int32)  # padding rows: limit 0, done from the start
@@ -144,10 +149,18 @@ class Sampler:
         tokens_BT[len(prompts):, -1] = self.pad_id  # dummy rows: one real token keeps attention finite
         mask_BT[len(prompts):, -1] = 1
 
+        from trsi_jax.models import init_cache
+
         graphdef, state = nnx.split(self.model)
-        cache = self._init_cache(self.model.cfg, B, self.max_len, self.cache_dtype)
-        logits_BV, cache = _prefill(graphdef, state, jnp.asarray(tokens_BT), jnp.asarray(mask_BT), cache)
-        toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, jnp.asarray(limit_B),
-                                          cfg, self.pad_id)
+        cache = init_cache(self.model.cfg, B, self.max_len, self.cache_dtype)
+        inputs = (tokens_BT, mask_BT, limit_B)
+        if self.mesh is not None:
+            from trsi_jax import sharding
+
+            cache = jax.device_put(cache, sharding.cache_shardings(cache, self.mesh))
+            inputs = [jax.device_put(x, sharding.batch_sharding(self.mesh, x.ndim)) for x in inputs]
+        tokens_BT, mask_BT, limit_B = (jnp.asarray(x) for x in inputs)
+        logits_BV, cache = _prefill(graphdef, state, tokens_BT, mask_BT, cache)
+        toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg, self.pad_id)
         toks_BN, logp_BN, len_B = jax.device_get((toks_BN, logp_BN, len_B))
         return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]
