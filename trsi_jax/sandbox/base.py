@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import threading
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterable
 
 from trsi_jax.tasks import Task
 
@@ -67,20 +67,24 @@ def cap_text(data: bytes, max_bytes: int, dropped: int = 0) -> tuple[str, bool]:
 
 
 class OutputCollector:
-    """Drains a stream in a thread, keeping the first and last max_bytes/2 bytes and counting the rest."""
+    """Drains byte chunks in a thread, keeping the first and last max_bytes/2 bytes and counting the rest."""
 
-    def __init__(self, stream: IO[bytes], max_bytes: int):
+    def __init__(self, chunks: Iterable[bytes], max_bytes: int):
         self._half = max(1, max_bytes // 2)
         self._max = max_bytes
         self._head = bytearray()
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_len = 0
         self.dropped = 0
-        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._thread = threading.Thread(target=self._drain, args=(chunks,), daemon=True)
         self._thread.start()
 
-    def _drain(self, stream: IO[bytes]) -> None:
-        while chunk := stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+    @classmethod
+    def from_stream(cls, stream: IO[bytes], max_bytes: int) -> "OutputCollector":
+        return cls(iter(lambda: stream.read1(65536), b""), max_bytes)
+
+    def _drain(self, chunks: Iterable[bytes]) -> None:
+        for chunk in chunks:
             if len(self._head) < self._half:
                 take = self._half - len(self._head)
                 self._head += chunk[:take]

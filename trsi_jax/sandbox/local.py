@@ -19,6 +19,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,7 @@ from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.cgroup import Cgroup
+from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
 SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -261,7 +263,7 @@ class LocalSandbox(Sandbox):
 
     def _run(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout_sec: float, **bw) -> ExecResult:
         proc = self._spawn(self._bwrap(argv, cwd=cwd, env=env, **bw))
-        out = OutputCollector(proc.stdout, self.limits.output_bytes)
+        out = OutputCollector.from_stream(proc.stdout, self.limits.output_bytes)
         timed_out = False
         try:
             code = proc.wait(timeout=timeout_sec)
@@ -296,16 +298,41 @@ class LocalSandbox(Sandbox):
         return extra, {**env, **VERIFIER_ENV, "PATH": f"{BIN_MOUNT}:{env.get('PATH', BASE_ENV['PATH'])}",
                        "PYTHONPATH": SITE_MOUNT, "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib"}
 
-    def terminal(self):
-        from trsi_jax.sandbox.terminal import Terminal  # noqa: PLC0415 (terminal imports this module's types)
-        if self._terminal is None:
-            run_dir = self._host_dir("/run/trsi", create=True)
-            self._terminal = Terminal.start(self, host_run_dir=run_dir, sandbox_run_dir="/run/trsi")
-        return self._terminal
+    def terminal(self) -> Terminal:
+        """The episode's terminal: a bwrap running `tmux -D` (a foreground server) whose socket, in the
+        sandbox's /run/trsi, the host's tmux client talks to."""
+        if self._terminal is not None:
+            return self._terminal
+        if shutil.which("tmux") is None:
+            raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
+        run_dir = self._host_dir("/run/trsi", create=True)
+        (run_dir / "tmux.conf").write_text(TMUX_CONF)
+        server = self._spawn(self._bwrap(["tmux", "-D", "-S", "/run/trsi/tmux.sock", "-f", "/run/trsi/tmux.conf"],
+                                         cwd=self.workdir, env=self.env), stdout=subprocess.DEVNULL)
+        sock, counter = run_dir / "tmux.sock", run_dir / "prompt"
+        deadline = time.monotonic() + 10.0
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
+            time.sleep(0.005)
 
-    def spawn_terminal_server(self, argv: list[str]) -> subprocess.Popen:
-        """Start the long-lived bwrap that hosts the tmux server (used by terminal.Terminal)."""
-        return self._spawn(self._bwrap(argv, cwd=self.workdir, env=self.env), stdout=subprocess.DEVNULL)
+        def run_tmux(args: list[str]) -> str:
+            if server.poll() is not None:
+                raise SandboxError("the sandbox's terminal (tmux server) died")
+            r = subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, timeout=30,
+                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+            if r.returncode != 0:
+                raise SandboxError(f"tmux {args[0]} failed: {r.stderr.decode(errors='replace').strip()}")
+            return r.stdout.decode("utf-8", "replace")
+
+        def read_counter() -> int:
+            try:
+                return counter.stat().st_size
+            except OSError:
+                return 0
+
+        self._terminal = Terminal(run_tmux, read_counter, self.workdir, "/run/trsi/prompt")
+        return self._terminal
 
     def stop_processes(self) -> None:
         if self._terminal is not None:

@@ -8,10 +8,7 @@ file the host polls). `read_new_output` returns what appeared since the last rea
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import time
-from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox.base import SandboxError, cap_text
@@ -38,8 +35,9 @@ def prompt_hook(counter_path: str) -> str:
 
 
 class Terminal:
-    """One tmux session; `run_tmux(args)` runs a tmux client command against the sandbox's server,
-    `read_counter()` returns how many prompts the shell has printed so far."""
+    """One tmux session. Backends supply `run_tmux(args)`, running a tmux client command against the
+    sandbox's server (raising SandboxError if it fails), and `read_counter()`, the number of prompts
+    the shell has printed so far (the size of the file at `counter_path` inside the sandbox)."""
 
     def __init__(self, run_tmux: Callable[[list[str]], str], read_counter: Callable[[], int], workdir: str,
                  counter_path: str, on_close: Callable[[], None] = lambda: None):
@@ -53,39 +51,6 @@ class Terminal:
         self._new_session()
         self._wait_prompts(self._counter(), 1, 5.0)
         self._last = self._capture(history=True)
-
-    @classmethod
-    def start(cls, sandbox, host_run_dir: Path, sandbox_run_dir: str) -> "Terminal":
-        """Local backend: a bwrap running `tmux -D` (foreground server); the host's tmux client talks
-        to it through the socket in the sandbox's /run/trsi."""
-        if shutil.which("tmux") is None:
-            raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
-        (host_run_dir / "tmux.conf").write_text(TMUX_CONF)
-        sock = f"{sandbox_run_dir}/tmux.sock"
-        server = sandbox.spawn_terminal_server(["tmux", "-D", "-S", sock, "-f", f"{sandbox_run_dir}/tmux.conf"])
-        host_sock = host_run_dir / "tmux.sock"
-        deadline = time.monotonic() + 10.0
-        while not host_sock.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
-            time.sleep(0.005)
-
-        def run_tmux(args: list[str]) -> str:
-            if server.poll() is not None:
-                raise SandboxError("the sandbox's terminal (tmux server) died")
-            r = subprocess.run(["tmux", "-S", str(host_sock), *args], capture_output=True, timeout=30,
-                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-            if r.returncode != 0:
-                raise SandboxError(f"tmux {args[0]} failed: {r.stderr.decode(errors='replace').strip()}")
-            return r.stdout.decode("utf-8", "replace")
-
-        def read_counter() -> int:
-            try:
-                return (host_run_dir / "prompt").stat().st_size
-            except OSError:
-                return 0
-
-        return cls(run_tmux, read_counter, sandbox.workdir, f"{sandbox_run_dir}/prompt")
 
     # ---- session ------------------------------------------------------------------------------
     def _new_session(self) -> None:

@@ -1,0 +1,106 @@
+"""The docker backend against the running dockerd: builds, oracle/verifier, terminal, limits, escapes."""
+import time
+
+import pytest
+
+from tests.sandbox_tasks import SECRET, write_tb1, write_tb2
+from trsi_jax.sandbox import Limits, SandboxError, make_sandbox, probe_progress, run_oracle, verify
+from trsi_jax.sandbox.docker import ensure_image, load_from_map, map_image
+from trsi_jax.tasks import load_task
+
+BASE = "trsi/base:bookworm"
+
+
+def _docker_or_skip():
+    try:
+        import docker
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"dockerd unreachable: {e}")
+    try:
+        client.images.get(BASE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{BASE} missing: run sandboxes/docker/build_base_image.sh")
+    return client
+
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def client():
+    return _docker_or_skip()
+
+
+def test_from_image_mapping():
+    rules = load_from_map()
+    assert map_image("python:3.11-slim", rules) == BASE
+    assert map_image("ubuntu:24.04", rules) == BASE
+    assert map_image("ghcr.io/laude-institute/t-bench/python-3-13:20250620", rules) == BASE
+    assert map_image("trsi/custom:1", rules) == "trsi/custom:1"
+
+
+def test_image_cached_by_content(client, tmp_path):
+    task = load_task(write_tb2(tmp_path))
+    tag = ensure_image(client, task)
+    image_id = client.images.get(tag).id
+    t0 = time.monotonic()
+    assert ensure_image(client, load_task(write_tb2(tmp_path / "copy"))) == tag  # same content, same image
+    assert time.monotonic() - t0 < 5 and client.images.get(tag).id == image_id
+    (task.path / "environment" / "data.txt").write_text("changed\n")
+    assert ensure_image(client, task) != tag
+
+
+def test_oracle_and_empty_episode(client, tmp_path):
+    for task in (load_task(write_tb2(tmp_path)), load_task(write_tb1(tmp_path, "sh", solution="sh"))):
+        res = run_oracle(task, "docker")
+        assert res.strict and res.tests == {"test_exists": True, "test_content": True, "test_seed": True}, res.log
+    with make_sandbox(task, "docker") as sb:
+        res = verify(sb, task)
+    assert not res.strict and res.partial == pytest.approx(1 / 3)
+
+
+def test_terminal_probe_and_isolation(client, tmp_path):
+    task = load_task(write_tb2(tmp_path))
+    with make_sandbox(task, "docker") as sb:
+        assert sb.container.attrs["HostConfig"]["NetworkMode"] == "none"
+        r = sb.exec(f"ls /tests /solution {task.path}; grep -rl {SECRET[:12]} / --exclude-dir=proc --exclude-dir=sys "
+                    "2>/dev/null | head; cat /proc/net/dev | tail -n +3 | cut -d: -f1; "
+                    "mount -t tmpfs none /mnt 2>/dev/null; echo mount=$?")
+        assert SECRET not in r.output and r.output.count("No such file or directory") == 3
+        assert r.output.split()[-2:] == ["lo", "mount=32"]  # only loopback; no CAP_SYS_ADMIN
+        term = sb.terminal()
+        assert probe_progress(sb, task) == 0.0
+        assert term.send_keys("echo hello > out.txt\n", 10)
+        assert "echo hello > out.txt" in term.read_new_output()
+        assert probe_progress(sb, task) == 1.0
+        assert sb.exec("ls -a /tmp").output.split() == [".", ".."]  # the probe's copy is gone
+        term.send_keys("mkdir -p /logs/verifier; while true; do echo 0 > /logs/verifier/reward.txt; done &\n", 0.5)
+        res = verify(sb, task)
+        assert res.strict and res.reward == 1.0
+
+
+def test_limits_and_floods(client, tmp_path):
+    task = load_task(write_tb2(tmp_path))
+    with make_sandbox(task, "docker", limits=Limits(pids=64, file_size_mb=8, output_bytes=4096, memory_mb=256)) as sb:
+        r = sb.exec("python3 -c \"import os, time\nn = 0\nwhile n < 1000:\n    try:\n        pid = os.fork()\n"
+                    "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n"
+                    "    n += 1\nprint('forked', n)\"", timeout_sec=30)
+        assert 0 < int(r.output.split("forked")[1]) < 64
+        sb.stop_processes()
+        r = sb.exec("yes", timeout_sec=1.5)
+        assert r.timed_out and r.truncated and len(r.output) < 4200
+        t0 = time.monotonic()
+        assert sb.exec("sleep 1e9", timeout_sec=1).timed_out and time.monotonic() - t0 < 10
+        r = sb.exec("head -c 100M /dev/zero > /app/big; stat -c %s /app/big")
+        assert int(r.output.split()[-1]) <= 8 << 20
+        r = sb.exec("python3 -c \"b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096]); print('allocated')\"")
+        assert "allocated" not in r.output
+        assert sb.exec("echo alive").output.strip() == "alive"
+
+
+def test_build_failure_is_a_sandbox_error(client, tmp_path):
+    task = load_task(write_tb2(tmp_path, dockerfile="FROM debian:12\nRUN echo building && exit 3\n"))
+    with pytest.raises(SandboxError, match="docker build failed"):
+        make_sandbox(task, "docker")

@@ -1,0 +1,290 @@
+"""The `docker` backend: the task's Dockerfile built by the Docker engine (legacy builder, images cached
+by content hash), one container per episode with no network, memory/cpu/pids/rlimits, all
+capabilities dropped but a few, no privilege escalation.
+
+No registry is reachable here, so FROM images are mapped to local ones (sandboxes/docker/from_images.txt,
+built by sandboxes/docker/build_base_image.sh).
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import shlex
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from trsi_jax.sandbox import dockerfile as dfile
+from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits, OutputCollector,
+                                   Sandbox, SandboxError)
+from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
+from trsi_jax.tasks import Task
+
+FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_images.txt"
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
+RUN_DIR = "/run/trsi"
+VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# The pids in the container other than init (pid 1) and this shell: right after start, the keep-alive.
+LIST_PIDS = 'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || echo "$p"; done'
+# Kill every process but init and the keep-alive ($KEEP), repeating until none is left.
+KILL_ALL = ('for i in 1 2 3 4 5 6 7 8; do n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; '
+            '[ "$p" = 1 ] || [ "$p" = "$KEEP" ] || [ "$p" = $$ ] && continue; kill -9 "$p" 2>/dev/null && n=1; done; '
+            '[ $n = 0 ] && break; sleep 0.05; done')
+
+
+def load_from_map(path: Path = FROM_MAP) -> list[tuple[str, str]]:
+    rules = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            parts = line.split()
+            if len(parts) != 2:
+                raise SandboxError(f"{path}:{i}: expected '<glob> <local image>', got {line!r}")
+            rules.append((parts[0], parts[1]))
+    return rules
+
+
+def map_image(image: str, rules: list[tuple[str, str]]) -> str:
+    """The local image standing in for `image` (first matching glob), else `image` itself."""
+    return next((local for pattern, local in rules if fnmatch.fnmatchcase(image, pattern)), image)
+
+
+def _client():
+    import docker  # noqa: PLC0415 (optional at import time: only this backend needs the SDK)
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as e:  # noqa: BLE001 (any failure to reach dockerd means the same to callers)
+        raise SandboxError(f"docker engine unreachable ({e}); start dockerd or use backend='local'") from None
+    return client
+
+
+def _build_context(task: Task, rules) -> tuple[bytes, str]:
+    """(tar of the filtered context + the Dockerfile with FROM mapped, content hash)."""
+    env = task.environment
+    spec = dfile.parse_dockerfile(env.dockerfile)
+    mapped = map_image(spec.base_image, rules)
+    lines = env.dockerfile.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().upper().startswith("FROM "):
+            lines[i] = f"FROM {mapped}"
+            break
+    text = "\n".join(lines) + "\n"
+    digest = hashlib.sha256(text.encode())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel in dfile.context_files(env.context_dir):
+            if str(rel) == "Dockerfile":
+                continue
+            p = env.context_dir / rel
+            tar.add(p, arcname=str(rel), recursive=False)
+            digest.update(str(rel).encode() + oct(p.lstat().st_mode).encode())
+            if p.is_file() and not p.is_symlink():
+                digest.update(hashlib.sha256(p.read_bytes()).digest())
+        data = text.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue(), digest.hexdigest()[:16]
+
+
+def ensure_image(client, task: Task, rules=None) -> str:
+    """Tag of the task's image, built once per content hash (legacy builder, no network)."""
+    import docker  # noqa: PLC0415
+    rules = load_from_map() if rules is None else rules
+    if task.environment.dockerfile is None:
+        return map_image(task.environment.docker_image, rules)
+    try:
+        context, digest = _build_context(task, rules)
+    except dfile.DockerfileError as e:
+        raise SandboxError(str(e)) from None
+    tag = f"trsi/task:{digest}"
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True,
+                            pull=False, network_mode="none", timeout=BUILD_TIMEOUT_SEC)
+    except docker.errors.BuildError as e:
+        log = "".join(x.get("stream", "") or x.get("error", "") for x in e.build_log)[-2000:]
+        raise SandboxError(f"{task.environment.dockerfile}: docker build failed: {e.msg}\n{log}") from None
+    except docker.errors.APIError as e:
+        raise SandboxError(f"{task.environment.dockerfile}: docker build failed: {e}") from None
+    return tag
+
+
+class DockerSandbox(Sandbox):
+    """One container per episode from the task's (cached) image."""
+
+    def __init__(self, task: Task, limits: Limits | None = None):
+        import docker  # noqa: PLC0415
+        self.task = task
+        self.limits = limits or Limits.for_task(task)
+        self.client = _client()
+        self._terminal: Terminal | None = None
+        self._closed = False
+        image = ensure_image(self.client, task)
+        try:
+            workdir = self.client.images.get(image).attrs["Config"].get("WorkingDir") or task.environment.workdir
+        except docker.errors.ImageNotFound:
+            raise SandboxError(f"image {image} not found locally (no registry here): map it in {FROM_MAP} "
+                               "or build it (sandboxes/docker/build_base_image.sh)") from None
+        self.workdir = workdir
+        lim = self.limits
+        ulimits = [docker.types.Ulimit(name="cpu", soft=lim.cpu_sec, hard=lim.cpu_sec),
+                   docker.types.Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
+                   docker.types.Ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
+                   docker.types.Ulimit(name="core", soft=0, hard=0)]
+        try:
+            self.container = self.client.containers.run(
+                image, ["sleep", "infinity"], detach=True, init=True, hostname="sandbox", working_dir=workdir,
+                network_mode="bridge" if task.allow_internet else "none", mem_limit=f"{lim.memory_mb}m",
+                memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.pids,
+                cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"], privileged=False,
+                ulimits=ulimits, labels={"trsi.sandbox": task.task_id})
+        except docker.errors.APIError as e:
+            raise SandboxError(f"could not start a container from {image}: {e}") from None
+        self.api = self.client.api
+        try:
+            self._mkdir(workdir)
+            code, out = self._exec_raw(["sh", "-c", LIST_PIDS])
+            self._keep_pid = out.decode().split()
+            if code != 0 or len(self._keep_pid) != 1:
+                raise SandboxError(f"could not identify the container's keep-alive process: {out!r}")
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- commands -----------------------------------------------------------------------------
+    def _exec_raw(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None,
+                  timeout_sec: float = 30.0) -> tuple[int, bytes]:
+        """Run argv; return (exit code, combined output) — for the backend's own short commands."""
+        import docker  # noqa: PLC0415
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        try:
+            eid = self.api.exec_create(self.container.id, argv, environment=env, workdir=workdir or "/")["Id"]
+            out = self.api.exec_start(eid, stream=False)
+            code = self.api.exec_inspect(eid)["ExitCode"]
+        except docker.errors.APIError as e:
+            raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
+        return code, out
+
+    def _mkdir(self, path: str) -> None:
+        code, out = self._exec_raw(["mkdir", "-p", path])
+        if code != 0:
+            raise SandboxError(f"mkdir {path} failed in the container: {out.decode(errors='replace')}")
+
+    def exec(self, cmd: str, timeout_sec: float = DEFAULT_EXEC_TIMEOUT_SEC, *, env: dict[str, str] | None = None,
+             with_pytest: bool = False) -> ExecResult:
+        import docker  # noqa: PLC0415
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        env = {**(env or {}), **(VERIFIER_ENV if with_pytest else {})}
+        # GNU timeout kills the command's whole process group, then SIGKILLs it a second later.
+        argv = ["timeout", "--kill-after=1", f"{timeout_sec:.3f}", "bash", "-c", cmd]
+        start = time.monotonic()
+        try:
+            self.container.reload()
+            if self.container.status != "running":
+                raise SandboxError(f"container {self.container.short_id} is {self.container.status}")
+            eid = self.api.exec_create(self.container.id, argv, environment=env, workdir=self.workdir)["Id"]
+            out = OutputCollector(self.api.exec_start(eid, stream=True), self.limits.output_bytes)
+            text, truncated = out.result(join_timeout=timeout_sec + 10)
+            code = self.api.exec_inspect(eid)["ExitCode"]
+        except docker.errors.APIError as e:
+            raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
+        timed_out = code is None or (code in (124, 137) and time.monotonic() - start >= timeout_sec)
+        return ExecResult(exit_code=-1 if timed_out else (code if code is not None else -1), output=text,
+                          timed_out=timed_out, truncated=truncated)
+
+    def terminal(self) -> Terminal:
+        """tmux inside the container, driven by `docker exec tmux ...`."""
+        if self._terminal is not None:
+            return self._terminal
+        self._mkdir(RUN_DIR)
+        self._put_bytes(RUN_DIR, {"tmux.conf": TMUX_CONF.encode()})
+        sock = f"{RUN_DIR}/tmux.sock"
+
+        def run_tmux(args: list[str]) -> str:
+            code, out = self._exec_raw(["tmux", "-S", sock, "-f", f"{RUN_DIR}/tmux.conf", *args])
+            if code != 0:
+                raise SandboxError(f"tmux {args[0]} failed in the container: {out.decode(errors='replace').strip()}")
+            return out.decode("utf-8", "replace")
+
+        def read_counter() -> int:
+            code, out = self._exec_raw(["stat", "-c", "%s", f"{RUN_DIR}/prompt"])
+            return int(out.strip()) if code == 0 and out.strip().isdigit() else 0
+
+        self._terminal = Terminal(run_tmux, read_counter, self.workdir, f"{RUN_DIR}/prompt")
+        return self._terminal
+
+    # ---- files --------------------------------------------------------------------------------
+    def _put_bytes(self, directory: str, files: dict[str, bytes]) -> None:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                tar.addfile(info, io.BytesIO(data))
+        if not self.container.put_archive(directory, buf.getvalue()):
+            raise SandboxError(f"could not copy files into {directory}")
+
+    def stop_processes(self) -> None:
+        if self._terminal is not None:
+            self._terminal.closed = True
+            self._terminal = None
+        self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
+
+    def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
+        code, out = self._exec_raw(["sh", "-c", f"rm -rf {shlex.quote(sandbox_path)} && mkdir -p {shlex.quote(sandbox_path)}"])
+        if code != 0:
+            raise SandboxError(f"could not reset {sandbox_path}: {out.decode(errors='replace')}")
+        if host_dir is not None:
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for child in sorted(Path(host_dir).iterdir()):
+                    tar.add(child, arcname=child.name)
+            if not self.container.put_archive(sandbox_path, buf.getvalue()):
+                raise SandboxError(f"could not copy {host_dir} into {sandbox_path}")
+
+    def read_file(self, sandbox_path: str, max_bytes: int = 1 << 20) -> bytes | None:
+        import docker  # noqa: PLC0415
+        try:
+            stream, stat = self.container.get_archive(sandbox_path)
+        except docker.errors.NotFound:
+            return None
+        if stat.get("linkTarget") or stat.get("size", 0) > max_bytes * 4:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            return tar.extractfile(member).read(max_bytes)
+
+    def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
+        """Copy the tests to a random hidden directory, run, delete (between the agent's turns)."""
+        where = f"/tmp/.trsi-{uuid.uuid4().hex}"
+        self.put_dir(host_tests_dir, where)
+        try:
+            return self.exec(make_cmd(where), timeout_sec=timeout_sec, with_pytest=True)
+        finally:
+            self._exec_raw(["rm", "-rf", where])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._terminal is not None:
+            self._terminal.closed = True
+        container = getattr(self, "container", None)
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 (already gone is fine)
+                pass
