@@ -1,7 +1,7 @@
 """RL math for RPR: advantage estimators, rewards, PPO losses (pure, jit-able functions)."""
+from trsi_jax.rl.advantage import gae, relocate_rewards, tb_gae, turn_broadcast
 from trsi_jax.rl.checks import check_advantage_inputs
 from trsi_jax.rl.estimators import ADVANTAGE_ESTIMATORS, get_advantage_estimator
-from trsi_jax.rl.gae import gae, relocate_rewards, tb_gae, turn_broadcast
 from trsi_jax.rl.losses import entropy, kl_penalty, masked_mean, policy_loss, value_loss, whiten
 from trsi_jax.rl.rewards import (FamilyStats, check_fdr_inputs, family_dense_reward, place_episode_reward,
                                  place_turn_rewards, process_reward, process_reward_by_family, progress_gains,

@@ -2,22 +2,22 @@
 
 Every estimator has the signature `(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT,
 gamma_tok, lam_tok, gamma_turn, lam_turn, *, impl, validate) -> (adv_BT, ret_BT)`:
-- "tb_gae":         Turn-Boundary Skip-Observation GAE (the method; `gae.tb_gae`).
+- "tb_gae":         Turn-Boundary Skip-Observation GAE (the method; `advantage.tb_gae`).
 - "gae":            textbook token-level GAE over every token with (γ_tok, λ_tok); observations
-                    are ordinary steps, turns are ignored (`gae.gae`).
+                    are ordinary steps, turns are ignored (`advantage.gae`).
 - "turn_broadcast": turn-level GAE with (γ_turn, λ_turn) on each turn's first policy token,
-                    broadcast to the turn's tokens (`gae.turn_broadcast`).
+                    broadcast to the turn's tokens (`advantage.turn_broadcast`).
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from trsi_jax.rl import gae
+from trsi_jax.rl import advantage
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable] = {
-    "tb_gae": gae.tb_gae,
-    "gae": gae.gae,
-    "turn_broadcast": gae.turn_broadcast,
+    "tb_gae": advantage.tb_gae,
+    "gae": advantage.gae,
+    "turn_broadcast": advantage.turn_broadcast,
 }
 
 

@@ -49,8 +49,17 @@ SCAN_IMPLS = {
 }
 
 
-def reverse_linear_scan(a, *bs, impl: str = "associative"):
-    """Dispatch to one of `SCAN_IMPLS` by name (static under jit); returns a tuple like bs."""
+def resolve_impl(impl: str | None) -> str:
+    """None -> the fastest formulation for the default backend: on CPU the sequential loop wins
+    (measured in benchmarks/bench_gae.py: the associative scan moves ~log T times more data and
+    XLA:CPU runs a short loop step in ~0.2 us); on GPU/TPU the log-depth associative scan."""
+    if impl is None:
+        return "sequential" if jax.default_backend() == "cpu" else "associative"
     if impl not in SCAN_IMPLS:
-        raise ValueError(f"impl={impl!r} unknown; choose one of {sorted(SCAN_IMPLS)}")
-    return SCAN_IMPLS[impl](a, *bs)
+        raise ValueError(f"impl={impl!r} unknown; choose one of {sorted(SCAN_IMPLS)} or None (backend default)")
+    return impl
+
+
+def reverse_linear_scan(a, *bs, impl: str | None = None):
+    """Dispatch to one of `SCAN_IMPLS` by name (static under jit); returns a tuple like bs."""
+    return SCAN_IMPLS[resolve_impl(impl)](a, *bs)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from trsi_jax.rl import checks
-from trsi_jax.rl.scan import SCAN_IMPLS, reverse_linear_scan
+from trsi_jax.rl.scan import resolve_impl, reverse_linear_scan
 
 GAMMA_TOK, LAM_TOK, GAMMA_TURN, LAM_TURN = 1.0, 1.0, 0.99, 0.95
 
@@ -95,7 +95,7 @@ def _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn
 def _tb_gae_core(rewards, values, policy_mask, turn_ids, gamma_tok, lam_tok, gamma_turn, lam_turn, impl):
     dt = _float_dtype(rewards, values)
     r, v, m, turn_f = (x.astype(dt) for x in (rewards, values, policy_mask, turn_ids))
-    if impl == "sequential":
+    if impl == "sequential":  # the whole recurrence in one loop beats two sequential scans
         adv = _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn)
     else:
         adv = _tb_gae_two_pass(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn, impl)
@@ -103,7 +103,7 @@ def _tb_gae_core(rewards, values, policy_mask, turn_ids, gamma_tok, lam_tok, gam
 
 
 def tb_gae(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok=GAMMA_TOK, lam_tok=LAM_TOK,
-           gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str = "associative", validate: bool = True):
+           gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str | None = None, validate: bool = True):
     """Turn-Boundary Skip-Observation GAE (DESIGN §1.2).
 
     n(t) = next index after t with m = 1 (observations skipped); (γ_t, λ_t) = (γ_tok, λ_tok) if
@@ -113,13 +113,17 @@ def tb_gae(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok=GAMMA_T
     token on the first one (`relocate_rewards`). With all m = 1 and equal pairs this is
     textbook GAE. `validate` checks shapes/values eagerly (see `checks.check_advantage_inputs`);
     pass validate=False inside an outer jit after checking the host arrays once.
+
+    impl: "associative" = two passes of reverse associative scans (pass 1 carries V, turn id and
+    pending rewards of n(t) back over masked tokens; pass 2 solves A_t = δ_t + γλ A_{n(t)} with
+    masked tokens as identity maps); "sequential" = the same recurrence as one fused `lax.scan`;
+    None = the faster one for the backend (`scan.resolve_impl`).
     """
     if validate:
         checks.check_advantage_inputs(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT,
                                       gamma_tok=gamma_tok, lam_tok=lam_tok, gamma_turn=gamma_turn, lam_turn=lam_turn)
-    checks.check_choice("impl", impl, SCAN_IMPLS)
     return _tb_gae_core(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok, lam_tok, gamma_turn, lam_turn,
-                        impl)
+                        resolve_impl(impl))
 
 
 @functools.partial(jax.jit, static_argnames=("impl",))
@@ -137,19 +141,18 @@ def _gae_core(rewards, values, policy_mask, gamma, lam, impl):
 
 
 def gae(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok=GAMMA_TOK, lam_tok=LAM_TOK,
-        gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str = "associative", validate: bool = True):
+        gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str | None = None, validate: bool = True):
     """Textbook token-level GAE with (γ, λ) = (γ_tok, λ_tok); turns and γ_turn/λ_turn are ignored.
 
     Every token up to the row's last policy token is a step (observations included, with their
     own values): δ_t = r_t + γ V_{t+1} − V_t, A_t = δ_t + γλ A_{t+1}; the episode ends at the last
     policy token (bootstrap 0). Rewards after it (final observation, padding) are added to it.
-    A = return = 0 where m = 0. `impl`: "associative" | "sequential" (see `scan`).
+    A = return = 0 where m = 0.
     """
     if validate:
         checks.check_advantage_inputs(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT,
                                       gamma_tok=gamma_tok, lam_tok=lam_tok, gamma_turn=gamma_turn, lam_turn=lam_turn)
-    checks.check_choice("impl", impl, SCAN_IMPLS)
-    return _gae_core(rewards_BT, values_BT, policy_mask_BT, gamma_tok, lam_tok, impl)
+    return _gae_core(rewards_BT, values_BT, policy_mask_BT, gamma_tok, lam_tok, resolve_impl(impl))
 
 
 def _flip_scan(a, *bs, impl):
@@ -175,7 +178,7 @@ def _turn_broadcast_core(rewards, values, policy_mask, turn_ids, gamma_turn, lam
 
 
 def turn_broadcast(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok=GAMMA_TOK, lam_tok=LAM_TOK,
-                   gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str = "associative", validate: bool = True):
+                   gamma_turn=GAMMA_TURN, lam_turn=LAM_TURN, *, impl: str | None = None, validate: bool = True):
     """Bi-level GAE: turn-level GAE with (γ_turn, λ_turn), broadcast to the turn's tokens.
 
     Turn k's value V_k is V at its first policy token, its reward R_k the sum of the rewards from
@@ -187,5 +190,5 @@ def turn_broadcast(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_tok
     if validate:
         checks.check_advantage_inputs(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT,
                                       gamma_tok=gamma_tok, lam_tok=lam_tok, gamma_turn=gamma_turn, lam_turn=lam_turn)
-    checks.check_choice("impl", impl, SCAN_IMPLS)
-    return _turn_broadcast_core(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_turn, lam_turn, impl)
+    return _turn_broadcast_core(rewards_BT, values_BT, policy_mask_BT, turn_ids_BT, gamma_turn, lam_turn,
+                                resolve_impl(impl))
