@@ -51,13 +51,14 @@ def action_values(values_BT: jax.Array) -> jax.Array:
 def _place(model: nnx.Module, mesh: Mesh):
     """(graphdef, params, rest, param shardings, rest shardings) with the arrays on `mesh`.
 
-    Always fresh buffers (`may_alias=False`): the steps donate them, and a critic made by
-    `Critic.from_policy` starts out sharing the policy's arrays."""
+    Always fresh buffers (a jitted copy: `device_put` may reuse the source buffer for a
+    replicated shard): the steps donate them, and a critic made by `Critic.from_policy` starts
+    out sharing the policy's arrays."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     p_sh = sharding.param_shardings(params, mesh, sharding.RULES)
     r_sh = jax.tree.map(lambda _: NamedSharding(mesh, P()), rest)
-    return (graphdef, jax.device_put(params, p_sh, may_alias=False),
-            jax.device_put(rest, r_sh, may_alias=False), p_sh, r_sh)
+    copy = lambda tree, sh: jax.jit(lambda t: jax.tree.map(jnp.copy, t), out_shardings=sh)(tree)  # noqa: E731
+    return graphdef, copy(params, p_sh), copy(rest, r_sh), p_sh, r_sh
 
 
 def _opt_init(tx: optax.GradientTransformation, params: Any, p_sh: Any, mesh: Mesh):
