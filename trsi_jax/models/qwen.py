@@ -7,6 +7,8 @@ one block whatever its depth; otherwise the same stacked weights run in an unrol
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -59,6 +61,18 @@ def _stack(cfg: ModelConfig, kind: str, n: int, rngs: nnx.Rngs):
         return DecoderLayer(cfg, kind, r)
 
     return create(rngs)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _init_state(ctor, cfg: ModelConfig, key):
+    return nnx.state(ctor(cfg, nnx.Rngs(key)))
+
+
+def _build(ctor, cfg: ModelConfig, rngs: nnx.Rngs):
+    """ctor(cfg, rngs) initialised in one compiled call (cached per config) instead of op by op."""
+    key = rngs.params()
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: ctor(cfg, nnx.Rngs(key))))
+    return nnx.merge(graphdef, _init_state(ctor, cfg, key))
 
 
 class Backbone(nnx.Module):
@@ -165,7 +179,7 @@ class Qwen(nnx.Module):
                 f"ModelConfig.mtp_layers={cfg.mtp_layers}: multi-token-prediction layers are not "
                 "implemented; set mtp_layers=0 (`mtp.*` checkpoint weights are skipped on load)")
         self.cfg = cfg
-        self.model = Backbone(cfg, rngs)
+        self.model = _build(Backbone, cfg, rngs)
         self.lm_head = None if cfg.tie_embeddings else dense(cfg, cfg.hidden_size, cfg.vocab_size, rngs)
 
     def _logits(self, h_BTD):
@@ -199,7 +213,7 @@ class Critic(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, backbone: Backbone | None = None):
         self.cfg = cfg
-        self.model = backbone if backbone is not None else Backbone(cfg, rngs)
+        self.model = backbone if backbone is not None else _build(Backbone, cfg, rngs)
         self.value_head = nnx.Linear(cfg.hidden_size, 1, use_bias=True, dtype=jnp.float32,
                                      param_dtype=jnp.float32, kernel_init=nnx.initializers.zeros_init(),
                                      rngs=rngs)
