@@ -38,16 +38,18 @@ class Session:
     progress: list[float] = dataclasses.field(default_factory=list)  # one entry per turn when probed
     retries: int = 0
     ran_commands: bool = False  # whether the latest turn sent any keystrokes
+    unprobed: bool = True  # keystrokes were sent since progress was last probed (or never probed)
 
 
 def record_progress(session: Session) -> float:
     """Progress after the current turn via `probe_progress`, probed at most once per turn and
-    reused when the turn sent no keystrokes (nothing can have changed)."""
+    reused when no keystrokes were sent since the last probe (nothing can have changed)."""
     from trsi_jax.sandbox import probe_progress
 
     if len(session.progress) < session.turns:
-        if session.ran_commands or not session.progress:
+        if session.unprobed or not session.progress:
             value = float(probe_progress(session.sandbox, session.task))
+            session.unprobed = False
         else:
             value = session.progress[-1]
         session.progress.extend([value] * (session.turns - len(session.progress)))
@@ -72,7 +74,7 @@ class CommonHarness:
 
     def start(self, task, sandbox, max_turns: int) -> Session:
         terminal = sandbox.terminal()
-        screen = terminal.read_new_output(self.max_output_bytes)
+        screen = terminal.screen()[-self.max_output_bytes:]
         first = self.task_message(task) + f"\n\nTerminal:\n{screen}"
         messages = [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": first}]
         return Session(task, sandbox, terminal, messages, max_turns)
@@ -114,7 +116,7 @@ class CommonHarness:
         for c in commands:
             wait = max(0.0, min(c.duration, self.max_duration_sec, time_left_sec))
             session.terminal.send_keys(c.keystrokes, wait)
-            session.ran_commands = True
+            session.ran_commands = session.unprobed = True
             time_left_sec -= wait
 
     # -- hooks for privileged harnesses ------------------------------------------------------

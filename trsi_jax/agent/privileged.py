@@ -43,14 +43,17 @@ class RetryHarness(CommonHarness):
                 f"You have {self.extra_turns} more turns; find what is missing and fix it.")
 
 
-def first_oracle_step(solution_path: str | None) -> str | None:
-    """The first command of the reference solution script (skipping shebang, comments, `set`)."""
-    if not solution_path or not os.path.isfile(solution_path):
+def first_oracle_step(task) -> str | None:
+    """The first real command of the reference solution (skipping shebang, comments, `set -...`, `cd`)."""
+    if getattr(task, "solution_steps", ()):  # TB1 solution.yaml
+        return task.solution_steps[0].command.strip() or None
+    path = getattr(task, "solution_path", None)
+    if not path or not os.path.isfile(path):
         return None
-    with open(solution_path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
-            if line and not line.startswith("#") and not re.match(r"set\s+-", line):
+            if line and not line.startswith("#") and not re.match(r"(set\s+-|cd(\s+\S+)?$)", line):
                 return line
     return None
 
@@ -73,7 +76,7 @@ class HintHarness(CommonHarness):
 
     def task_message(self, task) -> str:
         lines = [super().task_message(task), "", "Hints:"]
-        step = first_oracle_step(getattr(task, "solution_path", None))
+        step = first_oracle_step(task)
         if step:
             lines.append(f"- A good first step: {step}")
         milestones = milestone_names(getattr(task, "progress_tests", ()))

@@ -44,7 +44,7 @@ class Episode:
     turn_ids: list[int]
     logprobs: list[float]
     turn_end_positions: list[int]
-    progress: list[float]  # per turn, when probed (empty otherwise)
+    progress: list[float]  # one per turn when probed (track_progress or a probing harness), else empty
     strict: bool
     partial: float
     outcome: str
@@ -137,7 +137,7 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
         s.messages.append({"role": "assistant", "content": reply.text, "tokens": reply.tokens})
         try:
             obs = harness.step(s, reply.text, budgets.wall_sec - (time.monotonic() - lv.start))
-            if track_progress:
+            if track_progress or s.progress:  # a probing harness also gets one value per turn
                 record_progress(s)
         except Exception as e:
             lv.stop = _error_stop(e)

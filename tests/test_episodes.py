@@ -1,0 +1,149 @@
+"""Episode runner end to end: scripted and model policies, real `local` sandboxes, every outcome recorded."""
+import base64
+import dataclasses
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from sandboxes.suite import build_suite
+from trsi_jax.agent import HARNESSES, CommonHarness, RetryHarness, VerifierFeedbackHarness, format_reply
+from trsi_jax.config import model_preset
+from trsi_jax.models import Qwen
+from trsi_jax.rollout import (Budgets, ByteTokenizer, ModelPolicy, SampleConfig, ScriptedPolicy, encode_chat,
+                              run_episodes)
+from trsi_jax.tasks import load_task
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("tmux") is None,
+                                reason="bubblewrap and tmux are required (apt-get install bubblewrap tmux)")
+TOK = ByteTokenizer()
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    (path,) = build_suite(str(tmp_path_factory.mktemp("suite")), "train", per_family=1, families=["files"])
+    return load_task(path)
+
+
+def solve_keys(task) -> str:
+    """The oracle script as one typed line (one prompt back, so the harness waits exactly for it)."""
+    script = base64.b64encode(Path(task.solution_path).read_bytes()).decode()
+    return f"echo {script} | base64 -d | bash\n"
+
+
+def n_assistant(conv):
+    return sum(m["role"] == "assistant" for m in conv)
+
+
+def scripted(task):
+    """Plays the mode named in the context message: solve, solve after two malformed replies, or loop."""
+    def fn(conv):
+        mode = next((m["content"] for m in conv if m["content"].startswith("mode:")), "mode: solve")
+        k = n_assistant(conv)
+        if mode == "mode: malformed":
+            if k == 0:
+                return "I will list the files."  # no JSON at all
+            if k == 1:
+                return '{"analysis": "x", "commands": []}'  # missing "plan"
+            k -= 2
+        if mode == "mode: loop":
+            return format_reply([("echo still working\n", 2)])
+        return format_reply([(solve_keys(task), 10)]) if k == 0 else format_reply([], task_complete=True)
+    return fn
+
+
+def check_record(ep, cut_off_turns=0):
+    """The recorded tokens are exactly the chat encoding of the recorded messages, except that a
+    reply cut off by the token budget is closed by an `<|im_end|>` the policy did not sample (mask 0)."""
+    enc = encode_chat(ep.messages, TOK)
+    assert ep.tokens == enc.tokens_T.tolist()
+    differ = np.flatnonzero(np.asarray(ep.policy_mask) != enc.policy_mask_T)
+    assert len(differ) == cut_off_turns
+    assert all(ep.tokens[i] == TOK.im_end_id and ep.policy_mask[i] == 0 for i in differ)
+    assert ep.turn_ids == enc.turn_ids_T.tolist()
+    assert ep.turn_end_positions == [e - 1 if e in differ else e for e in enc.turn_end_positions]
+    assert len(ep.logprobs) == len(ep.tokens)
+    assert sum(m["role"] == "assistant" for m in ep.messages) == ep.num_turns == len(ep.turn_end_positions)
+
+
+def test_scripted_episodes_solve_feed_back_errors_and_hit_limits(task):
+    modes = ["mode: solve", "mode: malformed", "mode: loop"]
+    eps = run_episodes(ScriptedPolicy(scripted(task), TOK), [task] * 3, CommonHarness(),
+                       budgets=Budgets(max_turns=5, max_tokens=20000, wall_sec=120), context=modes,
+                       track_progress=True, show_progress=False)
+    solved, malformed, looping = eps
+    for ep in eps:
+        check_record(ep)
+        assert ep.task_id == task.task_id and ep.family == task.family and ep.harness == "common"
+        assert not any("mode:" in m["content"] for m in ep.messages)  # the context is never recorded
+        assert len(ep.progress) == ep.num_turns
+    # solve: act, declare complete, confirm -> verified success
+    assert (solved.outcome, solved.strict, solved.partial, solved.num_turns) == ("success", True, 1.0, 3)
+    assert solved.reason == "agent confirmed task completion" and all(solved.tests.values())
+    assert "You set task_complete" in solved.messages[-2]["content"]
+    assert solved.progress[0] == 1.0 and solved.parse_errors == 0
+    # malformed replies are shown back to the model and counted, then it still solves
+    assert malformed.parse_errors == 2 and malformed.outcome == "success" and malformed.num_turns == 5
+    assert "no JSON object found" in malformed.messages[3]["content"]
+    assert "missing required field(s): plan" in malformed.messages[5]["content"]
+    assert malformed.progress[:2] == [0.0, 0.0]
+    # never completes: stopped by the turn budget, verified anyway (partial credit only)
+    assert looping.outcome == "turn_limit" and not looping.strict and 0 <= looping.partial < 1
+    assert "still working" in looping.messages[3]["content"]
+
+
+def test_sandbox_crash_and_context_overflow_are_recorded(task, tmp_path):
+    broken_dir = tmp_path / "broken"
+    shutil.copytree(task.path, broken_dir)
+    dockerfile = broken_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "\nRUN echo cannot build >&2; exit 3\n")
+    broken = load_task(broken_dir)
+    eps = run_episodes(ScriptedPolicy(scripted(task), TOK), [broken, task], CommonHarness(),
+                       budgets=Budgets(max_turns=5, max_tokens=1200), show_progress=False)
+    crashed, overflow = eps
+    assert crashed.outcome == "sandbox_error" and crashed.reason.startswith("SandboxError:")
+    assert not crashed.strict and crashed.tokens == [] and crashed.num_turns == 0
+    # the long first reply is cut at the budget (so it is malformed JSON); the next prompt overflows
+    assert overflow.outcome == "context_overflow" and "max_tokens=1200" in overflow.reason
+    assert overflow.num_turns == 1 and overflow.parse_errors == 1
+    check_record(overflow, cut_off_turns=1)
+    assert overflow.turn_end_positions == [1199] and overflow.policy_mask[1200] == 0
+
+
+def test_privileged_harnesses(task):
+    def gives_up_then_solves(conv):
+        failed = next((i for i, m in enumerate(conv) if "Verification failed" in m["content"]), None)
+        if failed is not None and n_assistant(conv[failed:]) == 0:
+            return format_reply([(solve_keys(task), 10)])
+        return format_reply([], task_complete=True)
+
+    retry, feedback = (run_episodes(ScriptedPolicy(fn, TOK), [task], h, budgets=Budgets(max_turns=3),
+                                    show_progress=False)[0]
+                       for fn, h in [(gives_up_then_solves, RetryHarness(extra_turns=4)),
+                                     (scripted(task), VerifierFeedbackHarness())])
+    assert retry.outcome == "success" and retry.num_turns > 3  # the retry granted turns past max_turns=3
+    assert "Verification failed: only 0% of the checks pass" in retry.messages[5]["content"]
+    assert retry.num_turns == 5 and retry.progress[-1] == 1.0
+    assert feedback.outcome == "success"
+    assert "Verifier feedback: 100% of the progress checks pass." in feedback.messages[3]["content"]
+    assert feedback.progress == [1.0] * feedback.num_turns
+    assert set(HARNESSES) == {"common", "verifier_feedback", "retry", "hint"}
+
+
+@pytest.mark.slow
+def test_model_policy_records_sampled_tokens_and_logprobs(task):
+    cfg = dataclasses.replace(model_preset("tiny"), num_layers=2, full_attention_interval=2)
+    policy = ModelPolicy(Qwen(cfg, rngs=nnx.Rngs(0)), TOK, SampleConfig(temperature=1.0, max_new_tokens=24), max_len=2048, seed=1)
+    eps = run_episodes(policy, [task, task], CommonHarness(), budgets=Budgets(max_turns=2, max_tokens=2048),
+                       show_progress=False)
+    for ep in eps:
+        check_record(ep)
+        assert ep.outcome == "turn_limit" and ep.parse_errors == 2  # random weights never write the JSON
+        mask = np.asarray(ep.policy_mask, bool)
+        assert np.all(np.asarray(ep.logprobs)[mask] < 0) and np.all(np.asarray(ep.logprobs)[~mask] == 0)
+        assert mask.sum() >= 2
+    assert eps[0].tokens != eps[1].tokens  # independent samples
+    jax.clear_caches()
