@@ -33,12 +33,14 @@ from trsi_jax.tasks import Task
 
 SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SPECIAL_ENTRIES = ("dev", "proc")
-# The minimal /etc every sandbox gets a private, writable copy of.
-ETC_ALLOWLIST = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-                 "alternatives", "localtime", "timezone", "bash.bashrc", "profile", "inputrc", "terminfo",
-                 "login.defs", "skel", "python3", "python3.11", "mime.types", "protocols", "services",
-                 "debian_version", "os-release", "shells")
-ETC_NETWORK = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf")
+# The minimal /etc: small entries are copied (private and writable per sandbox), big directories of
+# links (alternatives, certificates) are bound read-only from the host, which is much cheaper.
+ETC_COPY = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+            "timezone", "bash.bashrc", "profile", "inputrc", "login.defs", "skel", "python3", "python3.11",
+            "mime.types", "protocols", "services", "debian_version", "os-release", "shells")
+ETC_BIND = ("alternatives", "terminfo")
+ETC_NETWORK_COPY = ("resolv.conf", "ca-certificates.conf", "gai.conf")
+ETC_NETWORK_BIND = ("ssl", "ca-certificates")
 # Capabilities root keeps inside (roughly docker's default set, minus mknod/net_raw/chroot/setfcap).
 CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETUID", "CAP_SETGID",
         "CAP_NET_BIND_SERVICE")
@@ -90,6 +92,7 @@ class LocalSandbox(Sandbox):
         self._terminal = None
         self._closed = False
         self._cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
+        self._etc_binds: list[str] = []
         self.env = dict(BASE_ENV)
         self.workdir = task.environment.workdir
         try:
@@ -106,13 +109,16 @@ class LocalSandbox(Sandbox):
                         ("etc", 0o755), ("logs", 0o755)):
             (self.root / d).mkdir(parents=True, exist_ok=True)
             os.chmod(self.root / d, mode)
-        names = ETC_ALLOWLIST + (ETC_NETWORK if self.task.allow_internet else ())
-        for name in names:
+        net = self.task.allow_internet
+        for name in ETC_COPY + (ETC_NETWORK_COPY if net else ()):
             src = Path("/etc") / name
             if src.is_symlink() or src.is_file():
                 shutil.copy2(src, self.root / "etc" / name, follow_symlinks=not src.is_symlink())
             elif src.is_dir():
                 shutil.copytree(src, self.root / "etc" / name, symlinks=True)
+        for name in ETC_BIND + (ETC_NETWORK_BIND if net else ()):
+            if Path("/etc", name).is_dir():
+                self._etc_binds += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         (self.root / "etc" / "hostname").write_text("sandbox\n")
 
     def _build(self) -> None:
@@ -218,7 +224,7 @@ class LocalSandbox(Sandbox):
                     a += ["--ro-bind" if tmpfs_tmp else "--bind", str(entry), f"/{name}"]
         else:
             a += ["--bind", str(self.root), "/"]
-        a += _system_binds(None if rebuilt_root else self.root) + ["--dev", "/dev", "--proc", "/proc"]
+        a += _system_binds(None if rebuilt_root else self.root) + self._etc_binds + ["--dev", "/dev", "--proc", "/proc"]
         if tmpfs_tmp:
             a += ["--tmpfs", "/tmp"]
         a += list(extra)
