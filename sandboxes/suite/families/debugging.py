@@ -47,7 +47,8 @@ def _plant(rng: random.Random, good: str, variants: list[tuple[str, str]]) -> tu
     return src, fixed, buggy
 
 
-def _task(rng, template, good, variants, fn, example, expect_cli, tests, constants, what) -> dict:
+def _task(rng, template, good, variants, fn, example, expect_cli, tests, constants, what,
+          progress="test_function_cases") -> dict:
     path = f"/app/{word(rng)}_{template}.py"
     good = good.replace("FN", fn)
     variants = [(a.replace("FN", fn), b.replace("FN", fn)) for a, b in variants]
@@ -73,7 +74,7 @@ open(p, "w").write(s.replace({buggy!r}, {fixed!r}))
 """
     return dict(template=template, difficulty="medium", instruction=instruction, files={path[5:]: src},
                 oracle_commands=(py_cmd(fix),), tests=_LOAD + tests,
-                constants=dict(PROG=path, FN=fn, **constants), progress_tests=("test_interface",))
+                constants=dict(PROG=path, FN=fn, **constants), progress_tests=(progress,))
 
 
 def _window(rng: random.Random) -> dict:
@@ -373,7 +374,7 @@ def test_cli():
     assert json.loads(r.stdout) == {"item": ITEMS[0], "tags": ["a", "b", TAG]}
 '''
     return _task(rng, "tags", good, variants, fn, symptom, "", tests, dict(ITEMS=items, TAG=tag),
-                 "building tagged records")
+                 "building tagged records", progress="test_caller_list_untouched")
 
 
 TEMPLATES = (_window, _median, _duration, _wordcount, _tags)
