@@ -5,9 +5,10 @@
 
 Everything is measured side by side in one run on the same batch (realistic multi-turn layout:
 prompt, assistant turns, observations, padding; turn-end and final rewards). Columns:
-- jax[default]: `rl.tb_gae(impl=None)`, the formulation picked for this backend;
-- jax[associative]: two passes of reverse `lax.associative_scan` over affine maps;
-- jax[sequential]: the recurrence as one `lax.scan` step per token;
+- default: `rl.tb_gae(impl=None)`, the formulation `scan.resolve_impl` picks for the backend:
+  on CPU "sequential" (the recurrence fused into one `lax.scan`, one step per token), elsewhere
+  "associative" (two passes of reverse `lax.associative_scan` over affine maps);
+- the other of the two formulations, timed alongside;
 - torch loop: the reverse per-token Python loop of common PyTorch RL libraries (vectorised over
   rows), extended with TB-GAE's observation skipping and turn pairs; CPU tensors, one repeat per
   size (its cost is the per-token Python overhead, so more repeats change little);

@@ -67,6 +67,20 @@ def test_family_stats_chan_update_matches_full_sample_moments():
         np.testing.assert_allclose(float(stats.var_F[f]), np.var(seen[f]), rtol=1e-10)
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), cut=st.integers(0, 12))
+def test_property_family_stats_update_is_split_invariant(seed, cut):
+    """Folding gains in two batches equals folding them all at once (Chan's merge is exact)."""
+    rng = np.random.default_rng(seed)
+    fam, gains, valid = rng.integers(0, 3, 12), rng.normal(size=(12, 4)), rng.random((12, 4)) < 0.6
+    init = rl.FamilyStats.init(3, dtype=np.float64)
+    once = rl.update_family_stats(init, fam[:, None], gains, valid)
+    twice = rl.update_family_stats(rl.update_family_stats(init, fam[:cut, None], gains[:cut], valid[:cut]),
+                                   fam[cut:, None], gains[cut:], valid[cut:])
+    for a, b in zip(once, twice):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
+
+
 def fdr_np(progress, valid, fam, seen, beta, clip, eps):
     """Reference FDR: gains, then each family's mean/std over every valid gain seen so far (this batch included)."""
     prev = np.concatenate([np.zeros_like(progress[:, :1]), progress[:, :-1]], axis=1)

@@ -46,7 +46,7 @@ def _relocated_and_next(r, v, m, turn_f, impl):
 
 
 @functools.partial(jax.jit, static_argnames=("impl",))
-def relocate_rewards(rewards_BT, policy_mask_BT, impl: str = "associative"):
+def relocate_rewards(rewards_BT, policy_mask_BT, impl: str | None = None):
     """Rewards as TB-GAE sees them: each masked token's reward is added to the preceding policy
     token; rewards before the first policy token go to the first policy token. Nothing is lost
     unless a row has no policy token at all (then its rewards have nowhere to go)."""
@@ -69,8 +69,7 @@ def _tb_gae_two_pass(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn, 
 def _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn):
     """The same recurrence as one reverse `lax.scan` over tokens, carrying (A, V, turn) of the
     next policy token and the rewards pending since it: the compiled textbook loop."""
-    B, T = r.shape
-    pos = jnp.arange(T)
+    B = r.shape[0]
 
     def step(carry, x):
         a_next, v_next, k_next, r_pend = carry
