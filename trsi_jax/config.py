@@ -223,6 +223,59 @@ RPR_STAGES: dict[int, RPRConfig] = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class RSRConfig:
+    """One RSR stage: collect -> plan -> criticise -> execute -> SFT; every field is a flag."""
+
+    stage: int = 1
+    seed: int = 0
+    roles: str = "deterministic"  # planner/critic/executor: "model" (the policy, prompted) | "deterministic"
+    # Collect: samples_per_task episodes per task under each harness (paper: H = 3).
+    harnesses: tuple[str, ...] = ("common", "verifier_feedback", "retry")
+    samples_per_task: int = 1
+    collect_temperature: float = 1.0
+    max_turns: int = 8
+    max_new_tokens: int = 512
+    max_len: int = 8192  # context tokens per episode
+    backend: str = "local"
+    # Plan / criticise / execute (paper: K = 4, M = 4 at temperature 0.7; R rounds of revision).
+    runbooks_per_success: int = 4
+    revision_rounds: int = 3
+    replays: int = 4
+    replay_temperature: float = 0.7
+    role_max_new_tokens: int = 1024  # planner and critic replies (model roles)
+    leak_ngram: int = 8
+    sft: SFTConfig = SFTConfig()
+    mesh: MeshConfig = MeshConfig()
+
+    def __post_init__(self):
+        if self.roles not in ("model", "deterministic"):
+            raise ValueError(f"RSRConfig.roles must be 'model' or 'deterministic', got {self.roles!r}")
+        if not self.harnesses or "common" not in self.harnesses:
+            raise ValueError(f"RSRConfig.harnesses must include 'common' (the test-time harness), got "
+                             f"{self.harnesses!r}")
+        for name, v in (("samples_per_task", self.samples_per_task), ("runbooks_per_success",
+                        self.runbooks_per_success), ("replays", self.replays), ("leak_ngram", self.leak_ngram)):
+            if v < 1:
+                raise ValueError(f"RSRConfig.{name} must be >= 1, got {v}")
+        if self.revision_rounds < 0:
+            raise ValueError(f"RSRConfig.revision_rounds must be >= 0, got {self.revision_rounds}")
+
+
+# Each RSR stage owns its SFT schedule: RSR-2 fine-tunes an RL-refined policy, so it uses a
+# smaller learning rate and fewer steps.
+RSR_STAGES: dict[int, RSRConfig] = {
+    1: RSRConfig(stage=1, sft=SFTConfig(optim=OptimConfig(lr=1e-5, warmup_steps=10, total_steps=300))),
+    2: RSRConfig(stage=2, sft=SFTConfig(optim=OptimConfig(lr=5e-6, warmup_steps=10, total_steps=150))),
+}
+
+
+def rsr_stage(stage: int) -> RSRConfig:
+    if stage not in RSR_STAGES:
+        raise ValueError(f"unknown RSR stage {stage!r}; choose one of {sorted(RSR_STAGES)}")
+    return RSR_STAGES[stage]
+
+
 def rpr_stage(stage: int) -> RPRConfig:
     if stage not in RPR_STAGES:
         raise ValueError(f"unknown RPR stage {stage!r}; choose one of {sorted(RPR_STAGES)}")

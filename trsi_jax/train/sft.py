@@ -83,11 +83,13 @@ class SFTResult:
 
 
 class SFTTrainer:
-    """Trains `model` in place on `examples`; checkpoints to `workdir/checkpoints`."""
+    """Trains `model` in place on `examples`; checkpoints to `workdir/checkpoints` (items "params"
+    and "opt_state", so `restore_policy` loads them; `metadata` is stored with every step)."""
 
     def __init__(self, model: nnx.Module, cfg: SFTConfig, workdir: str,
-                 mesh: jax.sharding.Mesh | None = None, pad_id: int = 0):
+                 mesh: jax.sharding.Mesh | None = None, pad_id: int = 0, metadata: dict | None = None):
         self.cfg, self.workdir, self.pad_id = cfg, workdir, pad_id
+        self.metadata = dict(metadata or {})
         self.mesh = mesh if mesh is not None else default_mesh()
         shards = math.prod(self.mesh.shape[a] for a in sharding_lib.BATCH_AXES)
         if cfg.batch_size % (shards * jax.process_count()):
@@ -121,7 +123,8 @@ class SFTTrainer:
 
     def _save(self, step: int, metrics: dict[str, Any]) -> None:
         self.ckpt.save(step, {"params": nnx.to_pure_dict(self.params), "opt_state": self.opt_state},
-                       {"kind": "sft", "seed": self.cfg.seed, "total_steps": self.total_steps, **metrics})
+                       {**self.metadata, "kind": "sft", "seed": self.cfg.seed, "total_steps": self.total_steps,
+                        **metrics})
 
     def _resume(self) -> int | None:
         step = self.ckpt.latest_step()

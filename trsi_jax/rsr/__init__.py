@@ -1,0 +1,1 @@
+"""RSR (Recursive Self-Rewrite): collect successes, rewrite them as runbooks, replay, SFT."""

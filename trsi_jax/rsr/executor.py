@@ -1,0 +1,47 @@
+"""Executor role: replay accepted runbooks under the common harness, M times each.
+
+`run_episodes` gives every replay its own fresh sandbox and shows the rendered runbook as
+context that is absent from the recorded messages and tokens. `ModelExecutor` samples the policy
+(paper: temperature 0.7); `DeterministicExecutor` is a `ScriptedPolicy` that reads the runbook
+from its context and sends one milestone command per turn, then confirms completion.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from trsi_jax.agent import CommonHarness, format_reply
+from trsi_jax.rollout import Budgets, Episode, ScriptedPolicy, run_episodes
+from trsi_jax.rsr.runbook import HEADER, RunbookParseError, parse
+
+
+def _runbook_in(conversation: list[dict]):
+    for m in conversation:
+        if m["role"] == "user" and m["content"].lstrip().startswith(HEADER):
+            return parse(m["content"])
+    raise RunbookParseError("the deterministic executor found no runbook in its context")
+
+
+def follow_runbook(conversation: list[dict]) -> str:
+    """The reply after `conversation`: the next milestone's command, then task_complete twice."""
+    rb = _runbook_in(conversation)
+    steps = [m for m in rb.milestones if m.command]
+    done = sum(m["role"] == "assistant" for m in conversation)
+    if done < len(steps):
+        step = steps[done]
+        return format_reply([(step.command + "\n", 1.0)], analysis=f"Milestone {done + 1} of {len(steps)}.",
+                            plan=step.description)
+    return format_reply([], task_complete=True, analysis="Every milestone is done.", plan="Finish.")
+
+
+def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, budgets: Budgets,
+           show_progress: bool = False) -> list[list[Episode]]:
+    """M replays per (task, runbook) pair under the common harness, each in a fresh sandbox."""
+    flat_tasks = [t for t in tasks for _ in range(m)]
+    context = [rb.render() for rb in runbooks for _ in range(m)]
+    episodes = run_episodes(policy, flat_tasks, CommonHarness(), backend=backend, budgets=budgets,
+                            context=context, show_progress=show_progress)
+    return [episodes[i * m:(i + 1) * m] for i in range(len(tasks))]
+
+
+def deterministic_executor(tokenizer) -> ScriptedPolicy:
+    return ScriptedPolicy(follow_runbook, tokenizer)
