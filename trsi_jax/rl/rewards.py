@@ -55,6 +55,7 @@ class FamilyStats(NamedTuple):
         return jnp.where(self.count_F > 0, self.m2_F / jnp.maximum(self.count_F, 1), 0.0)
 
 
+@jax.jit
 def update_family_stats(stats: FamilyStats, family_ids, gains, valid) -> FamilyStats:
     """Fold the valid `gains` into each family's (count, mean, M2); `family_ids` broadcasts to
     `gains`' shape. Batch statistics per family, then Chan's merge:
