@@ -133,17 +133,35 @@ def test_privileged_harnesses(task):
     assert set(HARNESSES) == {"common", "verifier_feedback", "retry", "hint"}
 
 
+class Recording:
+    """Wraps a policy and keeps every batch of replies it gave."""
+
+    def __init__(self, inner):
+        self.inner, self.tokenizer, self.batches = inner, inner.tokenizer, []
+
+    def act(self, conversations, max_new_tokens=None):
+        self.batches.append(self.inner.act(conversations, max_new_tokens))
+        return self.batches[-1]
+
+
 @pytest.mark.slow
 def test_model_policy_records_sampled_tokens_and_logprobs(task):
     cfg = dataclasses.replace(model_preset("tiny"), num_layers=2, full_attention_interval=2)
-    policy = ModelPolicy(Qwen(cfg, rngs=nnx.Rngs(0)), TOK, SampleConfig(temperature=1.0, max_new_tokens=24), max_len=2048, seed=1)
+    policy = Recording(ModelPolicy(Qwen(cfg, rngs=nnx.Rngs(0)), TOK, SampleConfig(temperature=1.0, max_new_tokens=24),
+                                   max_len=2048, seed=1))
     eps = run_episodes(policy, [task, task], CommonHarness(), budgets=Budgets(max_turns=2, max_tokens=2048),
                        show_progress=False)
-    for ep in eps:
-        check_record(ep)
+    assert [len(b) for b in policy.batches] == [2, 2]  # both episodes sampled together, turn by turn
+    for i, ep in enumerate(eps):
         assert ep.outcome == "turn_limit" and ep.parse_errors == 2  # random weights never write the JSON
-        mask = np.asarray(ep.policy_mask, bool)
-        assert np.all(np.asarray(ep.logprobs)[mask] < 0) and np.all(np.asarray(ep.logprobs)[~mask] == 0)
-        assert mask.sum() >= 2
+        turn_ids, mask = np.asarray(ep.turn_ids), np.asarray(ep.policy_mask, bool)
+        tokens, logprobs = np.asarray(ep.tokens), np.asarray(ep.logprobs)
+        for k, batch in enumerate(policy.batches):
+            reply = batch[i]
+            where = np.flatnonzero(mask & (turn_ids == k))
+            assert tokens[where].tolist() == reply.tokens  # kept as sampled, never re-tokenized
+            np.testing.assert_allclose(logprobs[where], reply.logprobs)
+            assert ep.messages[2 + 2 * k]["content"] == reply.text
+        assert np.all(logprobs[mask] < 0) and np.all(logprobs[~mask] == 0)
+        assert all(t < TOK.vocab_size for t in ep.tokens)
     assert eps[0].tokens != eps[1].tokens  # independent samples
-    jax.clear_caches()

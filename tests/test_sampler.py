@@ -98,6 +98,9 @@ def test_sample_tokens_follows_the_filtered_distribution():
     np.testing.assert_allclose(freq(temperature=1.0, top_p=0.7, top_k=0), [0.625, 0.375, 0, 0], atol=0.015)
     np.testing.assert_allclose(freq(temperature=1.0, top_p=0.85, top_k=0), np.asarray([0.5, 0.3, 0.15, 0]) / 0.95,
                                atol=0.015)
+    np.testing.assert_allclose(freq(temperature=1.0, top_p=1.0, top_k=0, vocab_limit=2), [0.625, 0.375, 0, 0],
+                               atol=0.015)
+    assert set(np.asarray(sample_tokens(logits_NV, rng, 0.0, 1.0, 0, vocab_limit=1)).tolist()) == {0}
     p2 = np.asarray([0.5, 0.3, 0.15, 0.05]) ** 2
     np.testing.assert_allclose(freq(temperature=0.5, top_p=1.0, top_k=0), p2 / p2.sum(), atol=0.015)
 

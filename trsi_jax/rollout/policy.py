@@ -32,7 +32,8 @@ class ModelPolicy:
 
     def __init__(self, model, tokenizer: Tokenizer, sample_cfg: SampleConfig, max_len: int, seed: int = 0):
         stop = tuple(sample_cfg.stop_ids) or (tokenizer.im_end_id, tokenizer.eos_id)
-        self.sample_cfg = dataclasses.replace(sample_cfg, stop_ids=stop)
+        self.sample_cfg = dataclasses.replace(sample_cfg, stop_ids=stop,
+                                              vocab_limit=sample_cfg.vocab_limit or tokenizer.vocab_size)
         self.tokenizer = tokenizer
         self.sampler = Sampler(model, max_len, pad_id=tokenizer.pad_id)
         self._rng = jax.random.key(seed)

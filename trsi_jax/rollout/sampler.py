@@ -31,6 +31,7 @@ class SampleConfig:
     top_k: int = 0  # keep the k most likely (0 = off)
     max_new_tokens: int = 256
     stop_ids: tuple[int, ...] = ()
+    vocab_limit: int = 0  # sample only ids < this (the tokenizer's vocab when the model's is padded); 0 = all
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -41,9 +42,12 @@ class SampleConfig:
             raise ValueError(f"SampleConfig needs top_k >= 0 and max_new_tokens >= 1, got {self}")
 
 
-def sample_tokens(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_p: float, top_k: int) -> jax.Array:
+def sample_tokens(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_p: float, top_k: int,
+                  vocab_limit: int = 0) -> jax.Array:
     """One token per row: greedy at temperature 0, else from softmax(logits / T) cut to top-k / top-p."""
     logits_BV = logits_BV.astype(jnp.float32)
+    if 0 < vocab_limit < logits_BV.shape[-1]:
+        logits_BV = jnp.where(jnp.arange(logits_BV.shape[-1]) < vocab_limit, logits_BV, -jnp.inf)
     if temperature == 0:
         return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
     x_BV = logits_BV / temperature
@@ -87,7 +91,7 @@ def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, 
     def body(carry):
         step, logits_BV, cache, rng, toks_BN, logp_BN, len_B, done_B = carry
         rng, key = jax.random.split(rng)
-        tok_B = sample_tokens(logits_BV, key, cfg.temperature, cfg.top_p, cfg.top_k)
+        tok_B = sample_tokens(logits_BV, key, cfg.temperature, cfg.top_p, cfg.top_k, cfg.vocab_limit)
         lp_B = token_logprobs(logits_BV, tok_B)
         tok_B = jnp.where(done_B, pad_id, tok_B)
         toks_BN = toks_BN.at[:, step].set(tok_B)
@@ -103,8 +107,11 @@ def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, 
     return toks_BN, logp_BN, len_B
 
 
-def _bucket(n: int, minimum: int) -> int:
-    """Next power of two >= n (at least `minimum`): bounds the number of compiled shapes."""
+def _bucket(n: int, minimum: int, step: int = 256) -> int:
+    """Next power of two >= n (at least `minimum`) up to `step`, then the next multiple of `step`:
+    few compiled shapes, and at most `step` wasted positions for long prompts."""
+    if n > step:
+        return -(-n // step) * step
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
@@ -130,11 +137,11 @@ class Sampler:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         longest = max(len(p) for p in prompts)
-        T = min(_bucket(longest, 16), self.max_len)
+        T = min(_bucket(longest, 16), self.max_len - 1)
         room = self.max_len - T
-        if longest > self.max_len - 1 or room < 1:
+        if longest > T:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
-        B = _bucket(len(prompts), 1)
+        B = _bucket(len(prompts), 1, step=1 << 30)
         if self.mesh is not None:
             n = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
             B = -(-B // n) * n
