@@ -75,7 +75,8 @@ def update_family_stats(stats: FamilyStats, family_ids, gains, valid) -> FamilyS
     safe_n = jnp.maximum(n, 1)
     mean = mean_a + delta * n_b / safe_n
     m2 = m2_a + m2_b + delta**2 * n_a * n_b / safe_n
-    return FamilyStats(n, mean, m2)
+    keep = stats.mean_F.dtype  # stats keep their dtype (stable checkpoints, no recompiles)
+    return FamilyStats(n.astype(keep), mean.astype(keep), m2.astype(keep))
 
 
 def progress_gains(progress_BK, turn_valid_BK):
