@@ -1,5 +1,5 @@
 """Task families: name -> `make(seed) -> TaskSpec`. Add a family by adding a module and a line here."""
-from sandboxes.suite.families import archives, data, debugging, files, git, scripting, sysadmin, text
+from sandboxes.suite.families import archives, data, debugging, files, git, scripting, sql, sysadmin, text
 
 FAMILIES = {
     "files": files.make,
@@ -10,4 +10,5 @@ FAMILIES = {
     "sysadmin": sysadmin.make,
     "archives": archives.make,
     "debugging": debugging.make,
+    "sql": sql.make,
 }
