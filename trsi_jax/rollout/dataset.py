@@ -73,7 +73,8 @@ def dataset_to_episodes(ds: datasets.Dataset, where: str = "dataset") -> list[Ep
 
 
 def save_episodes(episodes: Sequence[Episode], path: str) -> None:
-    episodes_to_dataset(episodes).save_to_disk(path)
+    ds = episodes_to_dataset(episodes)
+    ds.save_to_disk(path, num_shards=1 if len(ds) == 0 else None)  # 0 shards would not load back
 
 
 def load_episodes(path: str) -> list[Episode]:
