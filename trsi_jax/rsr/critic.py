@@ -1,7 +1,7 @@
 """Critic role: accept or reject a runbook, seeing only the public task and the runbook.
 
-Two layers. The deterministic leak scan (`LeakScanner`) always runs first; a runbook it flags
-is rejected with one reason per finding. `ModelCritic` then asks the policy about the runbooks
+Two layers. The deterministic leak scan (`LeakScanner`, over every field of the runbook) always
+runs first; a runbook it flags is rejected with one reason per finding. `ModelCritic` then asks the policy about the runbooks
 the scan passed, showing only the instruction, the environment's Dockerfile and file names and
 the runbook (never tests or solution); its reply must be JSON {"verdict": "accept"|"reject",
 "reasons": [...]}, and anything else is a rejection saying why.
@@ -41,9 +41,22 @@ class LeakScanCritic:
         """A verdict for each (task, runbook)."""
         out = []
         for task, rb in items:
-            findings = tuple(self.scanner(task).scan(rb.render()))
+            findings = tuple(scan_runbook(self.scanner(task), rb))
             out.append(Verdict(not findings, tuple(f.reason for f in findings), "leak_scan", findings))
         return out
+
+
+def scan_runbook(scanner: LeakScanner, rb) -> list[Finding]:
+    """Findings field by field (target, each milestone's description/command/observation, each
+    check, recovery step and pitfall), so each finding lies inside one field that revision can
+    remove; a run of words spanning two fields is not one quotation."""
+    seen, out = set(), []
+    for text in rb.texts():
+        for f in scanner.scan(text):
+            if (f.kind, f.span) not in seen:
+                seen.add((f.kind, f.span))
+                out.append(f)
+    return out
 
 
 def public_environment(task, max_files: int = 40) -> str:

@@ -4,7 +4,9 @@ The replay's recorded messages never held the runbook (it was context), and the 
 spoke to the executor; each example is `encode_chat(messages)` re-encoded from those messages,
 loss on the assistant tokens. Before an example is kept it is checked: no runbook header or
 runbook prose (milestone descriptions, checks, recovery, pitfalls) in a system or user message,
-and no test or solution text (n-gram overlap, verifier paths) anywhere. A replay that fails a
+and no test or solution text (n-gram overlap, verifier paths) in what the assistant wrote. Terminal
+output is not scanned: the sandbox holds neither tests nor solution while the agent acts, so an
+output equal to a test's expectation is the agent's own correct result. A replay that fails a
 check is dropped with the reason.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 from typing import Sequence
 
+from trsi_jax.agent import ReplyError, parse_reply
 from trsi_jax.rollout import encode_chat
 from trsi_jax.rsr.leak_scan import LeakScanner
 from trsi_jax.rsr.runbook import HEADER, Runbook
@@ -31,10 +34,21 @@ def contamination(messages: Sequence[dict], runbook: Runbook, scanner: LeakScann
     for text in prose:
         if len(text) >= _MIN_PROSE and text in context and text not in scanner.public_text:
             reasons.append(f"runbook text in the context: {text[:80]!r}")
-    for f in scanner.scan("\n".join(m["content"] for m in messages)):
-        if f.kind != "expected_output":  # outputs the agent produced itself are its own work
-            reasons.append(f.reason)
+    for m in messages:
+        if m["role"] == "assistant":
+            for text in _reply_fields(m["content"]):
+                reasons.extend(f.reason for f in scanner.scan(text) if f.kind != "expected_output")
     return reasons
+
+
+def _reply_fields(content: str) -> list[str]:
+    """The texts of a Terminus reply (analysis, plan, each command), so the JSON keys around them
+    do not join a quotation; the raw content when it does not parse."""
+    try:
+        reply = parse_reply(content)
+    except ReplyError:
+        return [content]
+    return [reply.analysis, reply.plan, *(c.keystrokes for c in reply.commands)]
 
 
 def build_examples(replays: Sequence[dict], scanners: dict, tokenizer) -> tuple[list[dict], list[dict]]:

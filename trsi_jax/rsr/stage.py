@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Sequence
 
@@ -58,6 +59,13 @@ def _read_jsonl(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def stage_mesh(mesh_cfg) -> jax.sharding.Mesh:
+    """The configured mesh; without a -1 axis it takes the first data*fsdp*tensor devices."""
+    sizes = (mesh_cfg.data, mesh_cfg.fsdp, mesh_cfg.tensor)
+    devices = None if -1 in sizes else jax.devices()[:math.prod(sizes)]
+    return sharding_lib.make_mesh(mesh_cfg, devices=devices)
+
+
 def load_policy_model(model_cfg: ModelConfig, mesh, init_checkpoint: str | None, seed: int):
     """The stage's starting policy: the previous stage's checkpoint, or a fresh init (tiny runs)."""
     if init_checkpoint:
@@ -71,12 +79,16 @@ def load_policy_model(model_cfg: ModelConfig, mesh, init_checkpoint: str | None,
 
 
 def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequence, tokenizer,
-            init_checkpoint: str | None = None, mesh=None, show_progress: bool = True) -> dict:
-    """Runs (or resumes) the stage; returns the report dict (also written to report.json)."""
+            init_checkpoint: str | None = None, mesh=None, collect_policy=None, show_progress: bool = True) -> dict:
+    """Runs (or resumes) the stage; returns the report dict (also written to report.json).
+
+    collect_policy: what collects successes instead of the policy being trained (a scripted
+      solver in tests and demos); the planner, critic, executor and SFT are unchanged.
+    """
     if not tasks:
         raise ValueError("run_rsr got no tasks")
     os.makedirs(workdir, exist_ok=True)
-    mesh = mesh if mesh is not None else sharding_lib.make_mesh(cfg.mesh)
+    mesh = mesh if mesh is not None else stage_mesh(cfg.mesh)
     by_id = {t.task_id: t for t in tasks}
     model = load_policy_model(model_cfg, mesh, init_checkpoint, cfg.seed)
     budgets = Budgets(max_turns=cfg.max_turns, max_tokens=cfg.max_len)
@@ -88,7 +100,7 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
     # -- 1. collect under every harness -----------------------------------------------------
     collect_dir = os.path.join(workdir, "collect")
     by_harness = collect_lib.collect(
-        model_policy(cfg.collect_temperature, cfg.max_new_tokens, 1), tasks, cfg.harnesses, cfg.samples_per_task,
+        collect_policy or model_policy(cfg.collect_temperature, cfg.max_new_tokens, 1), tasks, cfg.harnesses, cfg.samples_per_task,
         cfg.backend, budgets, collect_dir, show_progress)
     _mark(os.path.join(collect_dir, ".done"))
     wins = collect_lib.successes(by_harness)
