@@ -123,3 +123,12 @@ def test_critic_from_policy():
     assert float(jnp.abs(_values(critic, tokens)).max()) > 0
     own = Critic(cfg, rngs=nnx.Rngs(5))
     assert own.value_head.kernel.shape == (cfg.hidden_size, 1)
+
+
+@pytest.mark.parametrize("preset,count", [("qwen3_8_27b", 26_895_998_464), ("qwen3_32b", 32_762_123_264),
+                                          ("qwen3_0_6b", 596_049_920)])
+def test_full_size_presets_build_abstractly(preset, count):
+    """Published sizes (26.9B text params for Qwen3.8-27B), without allocating the weights."""
+    model = nnx.eval_shape(lambda: Qwen(model_preset(preset), rngs=nnx.Rngs(0)))
+    params = jax.tree.leaves(nnx.state(model, nnx.Param))
+    assert sum(int(np.prod(p.shape)) for p in params) == count
