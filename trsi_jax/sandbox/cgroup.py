@@ -49,12 +49,15 @@ class Cgroup:
                     d.mkdir()
                     made.append(d)
                     (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                    if (d / "memory.memsw.limit_in_bytes").exists():  # no escaping the cap into swap
+                        (d / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
             elif "" in own and (_ROOT / "cgroup.controllers").is_file():
                 d = _ROOT / own[""].lstrip("/") / name
                 d.mkdir()
                 made.append(d)
                 (d / "pids.max").write_text(str(pids_max))
                 (d / "memory.max").write_text(str(memory_bytes))
+                (d / "memory.swap.max").write_text("0")
             else:
                 return None
         except OSError:

@@ -161,9 +161,10 @@ class DockerSandbox(Sandbox):
             raise
 
     # ---- commands -----------------------------------------------------------------------------
-    def _exec_raw(self, argv: list[str], env: dict[str, str] | None = None, workdir: str | None = None,
-                  timeout_sec: float = 30.0) -> tuple[int, bytes]:
-        """Run argv; return (exit code, combined output) — for the backend's own short commands."""
+    def _exec_raw(self, argv: list[str], env: dict[str, str] | None = None,
+                  workdir: str | None = None) -> tuple[int, bytes]:
+        """Run argv to completion; (exit code, combined output). Only for the backend's own short,
+        bounded commands; agent-facing commands go through `exec` (timeout, output cap)."""
         import docker  # noqa: PLC0415
         if self._closed:
             raise SandboxError("sandbox is closed")
@@ -221,7 +222,13 @@ class DockerSandbox(Sandbox):
             code, out = self._exec_raw(["stat", "-c", "%s", f"{RUN_DIR}/prompt"])
             return int(out.strip()) if code == 0 and out.strip().isdigit() else 0
 
-        self._terminal = Terminal(run_tmux, read_counter, self.workdir, f"{RUN_DIR}/prompt")
+        def wait_counter(target: int, budget: float) -> bool:  # poll inside the container: one exec
+            loop = (f'while [ "$(stat -c %s {RUN_DIR}/prompt 2>/dev/null || echo 0)" -lt {int(target)} ]; '
+                    'do sleep 0.02; done')
+            code, _ = self._exec_raw(["timeout", f"{max(budget, 0.01):.3f}", "sh", "-c", loop])
+            return code == 0
+
+        self._terminal = Terminal(run_tmux, read_counter, self.workdir, f"{RUN_DIR}/prompt", wait_counter)
         return self._terminal
 
     # ---- files --------------------------------------------------------------------------------

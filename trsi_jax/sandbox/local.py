@@ -119,6 +119,7 @@ class LocalSandbox(Sandbox):
         for name in ETC_BIND + (ETC_NETWORK_BIND if net else ()):
             if Path("/etc", name).is_dir():
                 self._etc_binds += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+                (self.root / "etc" / name).mkdir()  # mount point, also for read-only (probe) roots
         (self.root / "etc" / "hostname").write_text("sandbox\n")
 
     def _build(self) -> None:
@@ -381,7 +382,7 @@ class LocalSandbox(Sandbox):
         where = f"/tmp/{copy.name}"
         try:
             extra, env = self._pytest_binds(self.env)
-            return self._run(["bash", "-c", make_cmd(where)], cwd=where, env=env, timeout_sec=timeout_sec,
+            return self._run(["bash", "-c", make_cmd(where)], cwd=self.workdir, env=env, timeout_sec=timeout_sec,
                              rebuilt_root=True, tmpfs_tmp=True, extra=extra + ["--bind", str(copy), where])
         finally:
             shutil.rmtree(copy, ignore_errors=True)

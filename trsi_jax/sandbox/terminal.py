@@ -37,19 +37,21 @@ def prompt_hook(counter_path: str) -> str:
 class Terminal:
     """One tmux session. Backends supply `run_tmux(args)`, running a tmux client command against the
     sandbox's server (raising SandboxError if it fails), and `read_counter()`, the number of prompts
-    the shell has printed so far (the size of the file at `counter_path` inside the sandbox)."""
+    the shell has printed so far (the size of the file at `counter_path` inside the sandbox).
+    `wait_counter(target, budget)` may replace host-side polling of read_counter (one call instead of
+    many where each call is expensive, as with docker exec)."""
 
     def __init__(self, run_tmux: Callable[[list[str]], str], read_counter: Callable[[], int], workdir: str,
-                 counter_path: str, on_close: Callable[[], None] = lambda: None):
+                 counter_path: str, wait_counter: Callable[[int, float], bool] | None = None):
         self._tmux = run_tmux
         self._counter = read_counter
+        self._wait_counter = wait_counter
         self._workdir = workdir
         self._counter_path = counter_path
-        self._on_close = on_close
         self._last = ""
         self.closed = False
         self._new_session()
-        self._wait_prompts(self._counter(), 1, 5.0)
+        self._wait_prompts(0, 1, 5.0)  # the first prompt of a fresh sandbox
         self._last = self._capture(history=True)
 
     # ---- session ------------------------------------------------------------------------------
@@ -72,6 +74,8 @@ class Terminal:
             self._last = ""
 
     def _wait_prompts(self, start: int, needed: int, budget: float) -> bool:
+        if self._wait_counter is not None:
+            return self._wait_counter(start + needed, budget)
         deadline = time.monotonic() + budget
         while time.monotonic() < deadline:
             if self._counter() >= start + needed:
@@ -127,6 +131,5 @@ class Terminal:
         return self._capture(history=False)
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._on_close()
+        """Stop using this terminal (the sandbox's stop_processes/close end its processes)."""
+        self.closed = True
