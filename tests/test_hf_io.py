@@ -157,3 +157,23 @@ def test_load_places_tensors_on_their_shardings(hf_qwen35, devices8):
     for a, b, s in zip(jax.tree.leaves(state), jax.tree.leaves(got), jax.tree.leaves(shardings)):
         assert b.sharding == s
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_multimodal_layout_loads_text_part(hf_qwen35, tmp_path):
+    """Released Qwen3.5/3.8 checkpoints nest the text config and prefix `model.language_model.`."""
+    src = hf_qwen35[1]
+    tensors = load_file(os.path.join(src, "model.safetensors"))
+    renamed = {k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k: v
+               for k, v in tensors.items()}
+    renamed["model.visual.patch_embed.proj.weight"] = np.ones((4, 3), np.float32)
+    renamed["mtp.layers.0.mlp.up_proj.weight"] = np.ones((4, 3), np.float32)
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        text = json.load(f)
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump({"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+                   "text_config": text, "vision_config": {}}, f)
+    assert config_from_hf(str(tmp_path)) == config_from_hf(src)
+    nested, plain = load_hf(str(tmp_path)), load_hf(src)
+    for a, b in zip(jax.tree.leaves(nnx.state(nested, nnx.Param)), jax.tree.leaves(nnx.state(plain, nnx.Param))):
+        np.testing.assert_array_equal(a, b)
