@@ -1,0 +1,65 @@
+"""Stage hand-off: where each stage's policy and critic came from, and how to load them.
+
+Every stage writes `handoff.json` in its workdir, one record per stage name, e.g.
+`{"rpr-2": {"policy_from": {"dir": ".../rsr-2/checkpoints", "step": 40, "item": "params"},
+"critic_from": {"dir": ".../rpr-1/checkpoints", "step": 6, "item": "critic"}, ...}}`, so a
+finished pipeline says exactly which checkpoint each stage started from. Only process 0 writes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import jax
+
+from trsi_jax.config import ModelConfig
+from trsi_jax.train.checkpoint import Checkpointer, restore_policy
+
+HANDOFF = "handoff.json"
+# Item names under which stages store the policy: RSR/SFT write "params", RPR writes "policy".
+POLICY_ITEMS = ("policy", "params")
+
+
+def read_handoff(workdir: str) -> dict[str, Any]:
+    path = os.path.join(workdir, HANDOFF)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_handoff(workdir: str, stage: str, record: dict[str, Any]) -> None:
+    """Adds/replaces `stage`'s record in `workdir/handoff.json` (atomic rename)."""
+    if jax.process_index() != 0:
+        return
+    records = read_handoff(workdir)
+    records[stage] = record
+    os.makedirs(workdir, exist_ok=True)
+    tmp = os.path.join(workdir, HANDOFF + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(records, f, indent=2, sort_keys=True)
+    os.replace(tmp, os.path.join(workdir, HANDOFF))
+
+
+def checkpoint_source(ckpt_dir: str, items: tuple[str, ...]) -> dict[str, Any]:
+    """{"dir", "step", "item"}: the latest step of `ckpt_dir` and the first of `items` it holds."""
+    ckpt = Checkpointer(ckpt_dir, max_to_keep=None)
+    try:
+        step = ckpt.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {ckpt_dir}: did the previous stage finish?")
+        saved = ckpt.item_names(step)
+    finally:
+        ckpt.close()
+    for item in items:
+        if item in saved:
+            return {"dir": os.path.abspath(ckpt_dir), "step": int(step), "item": item}
+    raise KeyError(f"checkpoint {ckpt_dir} step {step} has none of the items {list(items)}; it holds {saved}")
+
+
+def load_policy(ckpt_dir: str, cfg: ModelConfig, mesh=None):
+    """(policy, source) from the latest step of any stage's checkpoint folder (RSR or RPR)."""
+    source = checkpoint_source(ckpt_dir, POLICY_ITEMS)
+    policy = restore_policy(ckpt_dir, cfg, mesh=mesh, step=source["step"], item=source["item"])
+    return policy, source
