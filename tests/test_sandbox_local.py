@@ -1,6 +1,7 @@
 """The bubblewrap backend with real commands: oracle/verifier, terminal, limits and escape attempts."""
 import os
 import shutil
+import threading
 import time
 
 import pytest
@@ -197,3 +198,19 @@ def test_bad_environment_raises_sandbox_error(tmp_path):
     sys_write = load_task(write_tb2(tmp_path, "c", dockerfile="FROM debian:12\nCOPY data.txt /usr/local/bin/\n"))
     with pytest.raises(SandboxError, match="cannot write into /usr"):
         make_sandbox(sys_write)
+
+
+def test_terminal_outlives_the_thread_that_made_it(tb2):
+    """bwrap's --die-with-parent follows the spawning thread; a worker thread may end before the episode."""
+    made = {}
+
+    def work():
+        made["sb"] = make_sandbox(tb2)
+        made["term"] = made["sb"].terminal()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    with made["sb"] as sb:
+        assert made["term"].send_keys("echo survived\n", 5)
+        assert "survived" in sb.terminal().read_new_output()

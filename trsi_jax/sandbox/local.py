@@ -257,6 +257,27 @@ class LocalSandbox(Sandbox):
             self._procs.add(proc)
         return proc
 
+    def _spawn_kept(self, argv: list[str]) -> subprocess.Popen:
+        """Spawn a long-lived process from a thread that lives exactly as long as it does:
+        --die-with-parent ties bwrap to the spawning *thread*, which may be a short-lived worker."""
+        box: dict = {}
+        ready = threading.Event()
+
+        def keeper():
+            try:
+                box["proc"] = self._spawn(argv, stdout=subprocess.DEVNULL)
+            except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+                box["error"] = e
+            ready.set()
+            if "proc" in box:
+                box["proc"].wait()
+
+        threading.Thread(target=keeper, daemon=True, name="trsi-sandbox-keeper").start()
+        ready.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["proc"]
+
     def _kill(self, proc: subprocess.Popen) -> None:
         """Kill bwrap's outer process: its pid-1 child then dies (--die-with-parent) and takes the pid
         namespace, hence every process the command started, with it."""
@@ -314,8 +335,8 @@ class LocalSandbox(Sandbox):
             raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
         run_dir = self._host_dir("/run/trsi", create=True)
         (run_dir / "tmux.conf").write_text(TMUX_CONF)
-        server = self._spawn(self._bwrap(["tmux", "-D", "-S", "/run/trsi/tmux.sock", "-f", "/run/trsi/tmux.conf"],
-                                         cwd=self.workdir, env=self.env), stdout=subprocess.DEVNULL)
+        server = self._spawn_kept(self._bwrap(["tmux", "-D", "-S", "/run/trsi/tmux.sock", "-f", "/run/trsi/tmux.conf"],
+                                              cwd=self.workdir, env=self.env))
         sock, counter = run_dir / "tmux.sock", run_dir / "prompt"
         deadline = time.monotonic() + 10.0
         while not sock.exists():
