@@ -5,12 +5,14 @@ import json
 import os
 import re
 import shlex
+import shutil
 import tomllib
 
 import pytest
 
 from sandboxes.suite import FAMILIES, HELDOUT_OFFSET, TaskSpec, build_suite, make_task, split_seeds, write_task
 from sandboxes.suite import build as build_cli
+from sandboxes.suite.spec import AGENT_TIMEOUT_SEC
 from trsi_jax.tasks import load_task
 
 # Commands RUN lines may start with (what the local backend's host has): python3, coreutils, bash, git, sqlite3,
@@ -70,7 +72,8 @@ def test_folders_load_and_follow_the_format(tmp_path):
         assert task.difficulty in ("easy", "medium", "hard")
         assert cfg["environment"]["docker_image"] == "python:3.11-slim-bookworm"
         assert task.environment.workdir == "/app" and not task.allow_internet
-        assert task.agent_timeout_sec > 0 and task.verifier_timeout_sec > 0
+        assert task.agent_timeout_sec == AGENT_TIMEOUT_SEC[task.difficulty] and task.verifier_timeout_sec > 0
+        assert task.tags == (spec.family, spec.template)
         # Dockerfile: only FROM/WORKDIR/ENV/COPY/RUN; RUN lines use only the allowed tools.
         for line in open(os.path.join(path, "environment", "Dockerfile")).read().splitlines():
             op, _, arg = line.partition(" ")
@@ -126,7 +129,11 @@ def test_cli(tmp_path, capsys):
 
 # ---- real sandboxes (local bubblewrap backend) ----------------------------------------------------------------
 
+needs_local = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("tmux") is None,
+                                 reason="local backend needs bubblewrap and tmux (installed by .ci/run)")
+
 @pytest.mark.slow
+@needs_local
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_oracle_passes_and_empty_episode_fails(family, tmp_path):
     from trsi_jax.sandbox import make_sandbox, probe_progress, run_oracle, verify
@@ -144,6 +151,7 @@ def test_oracle_passes_and_empty_episode_fails(family, tmp_path):
 
 
 @pytest.mark.slow
+@needs_local
 def test_oracle_keystrokes_solve_in_a_terminal(tmp_path):
     """solution/commands.json replayed into the tmux terminal (what bootstrap demonstrations do) solves the task."""
     from trsi_jax.sandbox import make_sandbox, verify

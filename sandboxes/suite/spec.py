@@ -24,6 +24,8 @@ from typing import Mapping
 BASE_IMAGE = "python:3.11-slim-bookworm"
 WORKDIR = "/app"
 DIFFICULTIES = ("easy", "medium", "hard")
+AGENT_TIMEOUT_SEC = {"easy": 300, "medium": 600, "hard": 900}  # by difficulty
+VERIFIER_TIMEOUT_SEC = 60
 
 _TEST_SH = """#!/bin/bash
 # Verifier: run the outcome tests from the workdir; reward 1 only if every test passed.
@@ -89,10 +91,7 @@ class TaskSpec:
     tests: str
     constants: Mapping[str, object]
     progress_tests: tuple[str, ...]
-    tags: tuple[str, ...] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    agent_timeout_sec: int = 600
-    verifier_timeout_sec: int = 60
 
     @property
     def name(self) -> str:
@@ -127,7 +126,7 @@ def _toml_str(s: str) -> str:
 
 
 def _task_toml(spec: TaskSpec) -> str:
-    tags = ", ".join(_toml_str(t) for t in (spec.family, spec.template, *spec.tags))
+    tags = ", ".join(_toml_str(t) for t in (spec.family, spec.template))
     progress = ", ".join(_toml_str(t) for t in spec.progress_tests)
     return (
         'version = "1.0"\n\n'
@@ -139,9 +138,9 @@ def _task_toml(spec: TaskSpec) -> str:
         f"seed = {spec.seed}\n"
         f"tags = [{tags}]\n\n"
         "[agent]\n"
-        f"timeout_sec = {float(spec.agent_timeout_sec)}\n\n"
+        f"timeout_sec = {float(AGENT_TIMEOUT_SEC[spec.difficulty])}\n\n"
         "[verifier]\n"
-        f"timeout_sec = {float(spec.verifier_timeout_sec)}\n"
+        f"timeout_sec = {float(VERIFIER_TIMEOUT_SEC)}\n"
         f"progress_tests = [{progress}]\n\n"
         "[environment]\n"
         f"docker_image = {_toml_str(BASE_IMAGE)}\n"
