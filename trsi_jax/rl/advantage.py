@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from trsi_jax.rl import checks
-from trsi_jax.rl.scan import resolve_impl, reverse_linear_scan
+from trsi_jax.rl.scan import SEQUENTIAL_UNROLL, resolve_impl, reverse_linear_scan
 
 GAMMA_TOK, LAM_TOK, GAMMA_TURN, LAM_TURN = 1.0, 1.0, 0.99, 0.95
 
@@ -66,7 +66,7 @@ def _tb_gae_two_pass(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn, 
     return m * x
 
 
-def _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn):
+def _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn, unroll=SEQUENTIAL_UNROLL):
     """The same recurrence as one reverse `lax.scan` over tokens, carrying (A, V, turn) of the
     next policy token and the rewards pending since it: the compiled textbook loop."""
     B = r.shape[0]
@@ -84,7 +84,8 @@ def _tb_gae_fused_loop(r, v, m, turn_f, gamma_tok, lam_tok, gamma_turn, lam_turn
         return carry, jnp.where(pol, a_t, 0.0)
 
     init = (jnp.zeros(B, r.dtype), jnp.zeros(B, r.dtype), jnp.full(B, -1, r.dtype), jnp.zeros(B, r.dtype))
-    (_, _, _, r_prefix), adv_TB = jax.lax.scan(step, init, (r.T, v.T, m.T, turn_f.T), reverse=True)
+    (_, _, _, r_prefix), adv_TB = jax.lax.scan(step, init, (r.T, v.T, m.T, turn_f.T), reverse=True,
+                                               unroll=unroll)
     # Rewards left pending at t = 0 precede every policy token: they belong to the first one, whose
     # advantage feeds no other token.
     return adv_TB.T + _first_policy(m) * r_prefix[:, None]
