@@ -28,19 +28,10 @@ from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.cgroup import Cgroup
+from trsi_jax.sandbox.rootfs import SPECIAL_ENTRIES, SYSTEM_ENTRIES, RootFS, remove, system_binds
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
-SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-SPECIAL_ENTRIES = ("dev", "proc")
-# The minimal /etc: small entries are copied (private and writable per sandbox), big directories of
-# links (alternatives, certificates) are bound read-only from the host, which is much cheaper.
-ETC_COPY = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
-            "timezone", "bash.bashrc", "profile", "inputrc", "login.defs", "skel", "python3", "python3.11",
-            "mime.types", "protocols", "services", "debian_version", "os-release", "shells")
-ETC_BIND = ("alternatives", "terminfo")
-ETC_NETWORK_COPY = ("resolv.conf", "ca-certificates.conf", "gai.conf")
-ETC_NETWORK_BIND = ("ssl", "ca-certificates")
 # Capabilities root keeps inside (roughly docker's default set, minus mknod/net_raw/chroot/setfcap).
 CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETUID", "CAP_SETGID",
         "CAP_NET_BIND_SERVICE")
@@ -51,34 +42,6 @@ PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
 VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _system_binds(root: Path | None) -> list[str]:
-    """bwrap args giving the host's system dirs (read-only) and links; with `root` (a bound root
-    directory) the links are (re)made there on the host, since bwrap refuses existing ones."""
-    args = []
-    for name in SYSTEM_ENTRIES:
-        host = Path("/") / name
-        if host.is_symlink():
-            target = os.readlink(host)
-            if root is None:
-                args += ["--symlink", target, f"/{name}"]
-            elif not ((root / name).is_symlink() and os.readlink(root / name) == target):
-                _remove(root / name)
-                (root / name).symlink_to(target)
-        elif host.is_dir():
-            args += ["--ro-bind", str(host), f"/{name}"]
-    return args
-
-
-def _remove(p: Path) -> None:
-    """Remove a file, symlink or directory tree without following symlinks."""
-    if p.is_symlink() or p.is_file():
-        p.unlink()
-    elif p.is_dir():
-        shutil.rmtree(p)
-    elif p.exists():
-        p.unlink()
-
-
 class LocalSandbox(Sandbox):
     """A bubblewrap sandbox built from the task's Dockerfile subset (RUN lines run inside it)."""
 
@@ -86,47 +49,25 @@ class LocalSandbox(Sandbox):
         self.task = task
         self.limits = limits or Limits.for_task(task)
         self._dir = Path(tempfile.mkdtemp(prefix="trsi-sbx-"))
-        self.root = self._dir / "root"
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._terminal = None
         self._closed = False
         self._cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
-        self._etc_binds: list[str] = []
         self.env = dict(BASE_ENV)
         self.workdir = task.environment.workdir
         try:
-            self._make_root()
+            self.fs = RootFS(self._dir / "root", task.allow_internet)
             self._build()
         except BaseException:
             self.close()
             raise
 
-    # ---- construction -------------------------------------------------------------------------
-    def _make_root(self) -> None:
-        self.root.mkdir()
-        for d, mode in (("tmp", 0o1777), ("root", 0o700), ("home", 0o755), ("run", 0o755), ("var/tmp", 0o1777),
-                        ("etc", 0o755), ("logs", 0o755)):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-            os.chmod(self.root / d, mode)
-        net = self.task.allow_internet
-        for name in ETC_COPY + (ETC_NETWORK_COPY if net else ()):
-            src = Path("/etc") / name
-            if src.is_symlink() or src.is_file():
-                shutil.copy2(src, self.root / "etc" / name, follow_symlinks=not src.is_symlink())
-            elif src.is_dir():
-                shutil.copytree(src, self.root / "etc" / name, symlinks=True)
-        for name in ETC_BIND + (ETC_NETWORK_BIND if net else ()):
-            if Path("/etc", name).is_dir():
-                self._etc_binds += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-                (self.root / "etc" / name).mkdir()  # mount point, also for read-only (probe) roots
-        (self.root / "etc" / "hostname").write_text("sandbox\n")
-
     def _build(self) -> None:
         """Replay the Dockerfile subset: WORKDIR/ENV/COPY on the host side, RUN inside the sandbox."""
         env_cfg = self.task.environment
         if env_cfg.dockerfile is None:
-            self._host_dir(self.workdir, create=True)
+            self.fs.host_dir(self.workdir, create=True)
             return
         try:
             spec = dfile.parse_dockerfile(env_cfg.dockerfile)
@@ -136,74 +77,23 @@ class LocalSandbox(Sandbox):
         for step in spec.steps:
             if step.kind == "workdir":
                 cwd = step.args[0]
-                self._host_dir(cwd, create=True)
+                self.fs.host_dir(cwd, create=True)
             elif step.kind == "env":
                 self.env.update(dict(step.args))
             elif step.kind == "copy":
-                self._copy(env_cfg.context_dir, *step.args, cwd=cwd, where=f"{spec.path}:{step.line}")
+                self.fs.copy_in(env_cfg.context_dir, *step.args, cwd=cwd, where=f"{spec.path}:{step.line}")
             elif step.kind == "run":
                 res = self._run(["bash", "-c", step.args[0]], cwd=cwd, env=self.env, timeout_sec=BUILD_TIMEOUT_SEC)
                 if res.exit_code != 0:
                     raise SandboxError(f"{spec.path}:{step.line}: RUN failed (exit {res.exit_code}"
                                        f"{', timed out' if res.timed_out else ''}): {res.output[-2000:]}")
         self.workdir = spec.workdir or self.workdir
-        self._host_dir(self.workdir, create=True)
+        self.fs.host_dir(self.workdir, create=True)
 
-    def _copy(self, context: Path, sources: tuple[str, ...], dest: str, cwd: str, where: str) -> None:
-        dest_abs = dest if dest.startswith("/") else f"{cwd.rstrip('/')}/{dest}"
-        into_dir = dest.endswith("/") or len(sources) > 1
-        for src in sources:
-            matches = dfile.match_sources(context, src)
-            if not matches:
-                raise SandboxError(f"{where}: COPY source {src!r} not found in {context} (tests/ and solution "
-                                   "files are never part of the environment)")
-            for rel in matches:
-                host_src = context / rel
-                if host_src.is_dir():  # a directory's contents are copied, as docker does
-                    target = self._host_dir(dest_abs, create=True)
-                    for child in host_src.iterdir():
-                        if not dfile.is_private((rel / child.name)):
-                            self._copy_entry(child, target / child.name)
-                else:
-                    name = dest_abs.rstrip("/") + "/" + rel.name if (into_dir or self._is_dir(dest_abs)) else dest_abs
-                    parent, _, base = name.rpartition("/")
-                    self._copy_entry(host_src, self._host_dir(parent or "/", create=True) / base)
-
-    @staticmethod
-    def _copy_entry(src: Path, dst: Path) -> None:
-        if src.is_dir() and not src.is_symlink():
-            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            if dst.is_symlink() or dst.exists():
-                _remove(dst)
-            shutil.copy2(src, dst, follow_symlinks=False)
-
-    def _is_dir(self, sandbox_path: str) -> bool:
-        try:
-            return self._host_dir(sandbox_path, create=False).is_dir()
-        except SandboxError:
-            return False
-
-    def _host_dir(self, sandbox_path: str, create: bool) -> Path:
-        """Host path of a sandbox directory, each component a real directory under the root (symlinks
-        and files in the way are replaced when `create`; only used while no agent process runs)."""
-        parts = [p for p in sandbox_path.split("/") if p not in ("", ".")]
-        if ".." in parts:
-            raise SandboxError(f"path {sandbox_path!r} must not contain '..'")
-        if parts and parts[0] in SYSTEM_ENTRIES + SPECIAL_ENTRIES:
-            raise SandboxError(f"the local backend cannot write into /{parts[0]} (read-only host system "
-                               f"directory): {sandbox_path}; use the docker backend for such environments")
-        cur = self.root
-        for p in parts:
-            cur = cur / p
-            if cur.is_dir() and not cur.is_symlink():
-                continue
-            if not create:
-                raise SandboxError(f"{sandbox_path}: not a directory in the sandbox")
-            if cur.is_symlink() or cur.exists():
-                _remove(cur)
-            cur.mkdir()
-        return cur
+    @property
+    def root(self) -> Path:
+        """The host directory that is this sandbox's `/`."""
+        return self.fs.root
 
     # ---- running commands ---------------------------------------------------------------------
     def _bwrap(self, argv: list[str], *, cwd: str, env: dict[str, str], rebuilt_root: bool = False,
@@ -225,7 +115,7 @@ class LocalSandbox(Sandbox):
                     a += ["--ro-bind" if tmpfs_tmp else "--bind", str(entry), f"/{name}"]
         else:
             a += ["--bind", str(self.root), "/"]
-        a += _system_binds(None if rebuilt_root else self.root) + self._etc_binds + ["--dev", "/dev", "--proc", "/proc"]
+        a += system_binds(None if rebuilt_root else self.root) + self.fs.etc_binds + ["--dev", "/dev", "--proc", "/proc"]
         if tmpfs_tmp:
             a += ["--tmpfs", "/tmp"]
         a += list(extra)
@@ -333,7 +223,7 @@ class LocalSandbox(Sandbox):
             return self._terminal
         if shutil.which("tmux") is None:
             raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
-        run_dir = self._host_dir("/run/trsi", create=True)
+        run_dir = self.fs.host_dir("/run/trsi", create=True)
         (run_dir / "tmux.conf").write_text(TMUX_CONF)
         server = self._spawn_kept(self._bwrap(["tmux", "-D", "-S", "/run/trsi/tmux.sock", "-f", "/run/trsi/tmux.conf"],
                                               cwd=self.workdir, env=self.env))
@@ -374,27 +264,13 @@ class LocalSandbox(Sandbox):
             self._cgroup.kill_all()
         preload = self.root / "etc" / "ld.so.preload"
         if preload.is_symlink() or preload.exists():
-            _remove(preload)
+            remove(preload)
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
-        target = self._host_dir(sandbox_path, create=True)
-        _remove(target)
-        if host_dir is None:
-            target.mkdir()
-        else:
-            shutil.copytree(host_dir, target, symlinks=False)
+        self.fs.replace_dir(host_dir, sandbox_path)
 
     def read_file(self, sandbox_path: str, max_bytes: int = 1 << 20) -> bytes | None:
-        parent, _, name = sandbox_path.rstrip("/").rpartition("/")
-        try:
-            d = self._host_dir(parent or "/", create=False)
-            fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW)
-        except (SandboxError, OSError):
-            return None
-        with os.fdopen(fd, "rb") as f:
-            if not os.path.isfile(f"/proc/self/fd/{fd}"):
-                return None
-            return f.read(max_bytes)
+        return self.fs.read_file(sandbox_path, max_bytes)
 
     def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
         """Run in a separate bwrap: the sandbox's entries read-only, private /tmp, tests at /tmp/probe-*."""
