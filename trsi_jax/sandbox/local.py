@@ -6,7 +6,12 @@ else of the host is visible (not the task folder, not the project). Every comman
 bwrap (new pid/net/ipc/uts namespaces, all capabilities dropped but a docker-like few, rlimits via
 prlimit, all joined to one per-sandbox pids+memory cgroup); the terminal is one long-lived bwrap
 running a tmux server. Verification and progress probes use a root rebuilt from the sandbox's
-top-level entries, so whatever the agent did to /bin or /lib cannot reach the verifier.
+top-level entries, so whatever the agent did to /bin or /lib cannot reach the verifier, and run
+this process's own interpreter (which has pytest) from /.trsi, where the agent never had a path.
+
+Consequences callers should know: files persist across commands, processes do not (each `exec` has
+its own pid and network namespace; a server started in the terminal is reachable only from the
+terminal), and `verify` kills every agent process first, so tests must check state on disk.
 """
 from __future__ import annotations
 
