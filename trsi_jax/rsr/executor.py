@@ -1,8 +1,8 @@
 """Executor role: replay accepted runbooks under the common harness, M times each.
 
 `run_episodes` gives every replay its own fresh sandbox and shows the rendered runbook as
-context that is absent from the recorded messages and tokens. `ModelExecutor` samples the policy
-(paper: temperature 0.7); `DeterministicExecutor` is a `ScriptedPolicy` that reads the runbook
+context that is absent from the recorded messages and tokens. The model executor samples the policy
+(paper: temperature 0.7) as a `ModelPolicy`; the deterministic executor is a `ScriptedPolicy` that reads the runbook
 from its context and sends one milestone command per turn, then confirms completion.
 """
 from __future__ import annotations

@@ -181,7 +181,8 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
             trainer = SFTTrainer(model, cfg.sft, workdir, mesh=mesh, pad_id=tokenizer.pad_id, metadata=meta)
             result = trainer.train(train, held, progress=show_progress)
             sft_summary = {"steps": result.step, "train_loss": result.train_loss, "eval_loss": result.eval_loss,
-                           "examples": result.examples, "truncated": result.truncated}
+                           "examples": result.examples, "truncated": result.truncated,
+                           "no_loss": result.no_loss}
         else:  # nothing to learn from: the policy passes through unchanged
             logging.warning("RSR-%d: no SFT examples; saving the starting policy unchanged", cfg.stage)
             save_model(ckpt_dir, model, step=0, cfg=model_cfg, metadata={**meta, "note": "no SFT examples"})

@@ -44,7 +44,13 @@ class BucketedBatches:
         if batch_size < 1 or max_len < 2 or pad_multiple < 1 or bucket_window < 1:
             raise ValueError(f"bad batching sizes: batch_size={batch_size} max_len={max_len} "
                              f"pad_multiple={pad_multiple} bucket_window={bucket_window}")
-        self.examples = list(examples)
+        # An example whose assistant tokens all lie past max_len would only add zero-loss rows.
+        kept = [e for e in examples if e.loss_mask[1:max_len].any()]
+        self.no_loss = len(examples) - len(kept)
+        if not kept:
+            raise ValueError(f"none of the {len(examples)} examples has an assistant token within "
+                             f"max_len={max_len}; raise SFTConfig.max_len")
+        self.examples = kept
         self.batch_size, self.seed, self.max_len = batch_size, seed, max_len
         self.pad_id, self.pad_multiple, self.bucket_window = pad_id, pad_multiple, bucket_window
         self.lengths = np.array([min(len(e.tokens), max_len) for e in self.examples])

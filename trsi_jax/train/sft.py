@@ -79,7 +79,8 @@ class SFTResult:
     eval_loss: float | None
     resumed_from: int | None
     examples: int
-    truncated: int
+    truncated: int  # examples longer than max_len (cut on the right)
+    no_loss: int  # examples left out: no assistant token within max_len
 
 
 class SFTTrainer:
@@ -204,7 +205,7 @@ class SFTTrainer:
         nnx.update(self.model, self.params, self.rest)
         return SFTResult(step=max(end, start), train_loss=float(np.mean(recent)) if recent else float("nan"),
                          eval_loss=eval_loss, resumed_from=resumed, examples=len(examples),
-                         truncated=data.truncated)
+                         truncated=data.truncated, no_loss=data.no_loss)
 
 
 def split_eval(examples: Sequence[SFTExample], fraction: float, seed: int):

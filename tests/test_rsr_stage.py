@@ -1,0 +1,97 @@
+"""A whole RSR stage on two built-in tasks: real sandboxes, deterministic roles, tiny SFT, resume."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from sandboxes.suite import build_suite
+from trsi_jax.agent import format_reply
+from trsi_jax.config import MeshConfig, OptimConfig, RSRConfig, SFTConfig, model_preset
+from trsi_jax.models import Qwen
+from trsi_jax.rollout import ByteTokenizer, ScriptedPolicy
+from trsi_jax.rsr.stage import run_rsr
+from trsi_jax.tasks import load_task
+from trsi_jax.train.checkpoint import restore_policy
+
+# A scripted solver whose commands differ from the oracle's (so its runbooks are not copies of
+# solution/), with one failing command first (a pitfall and a recovery for the planner).
+SOLVER = {
+    "Organise the files": [
+        "cat /app/inbox/README",
+        'cd /app/inbox; for f in *; do x=$(echo "${f##*.}" | tr A-Z a-z); mkdir -p ../sorted/$x; '
+        'mv "$f" ../sorted/$x/; done; cd /app',
+        "ls /app/sorted"],
+    "Summarise the web server log": [
+        "awk '{c[$(NF-1)]++} END {for (s in c) print s, c[s]}' /app/access.log | sort -k2,2nr -k1,1n > /app/report.txt",
+        "head -3 /app/report.txt"],
+}
+
+
+def solve(conv):
+    steps = next(v for k, v in SOLVER.items() if k in conv[1]["content"])
+    n = sum(m["role"] == "assistant" for m in conv)
+    if n < len(steps):
+        return format_reply([(steps[n] + "\n", 1.0)], analysis="Checking the state.", plan=f"Do step {n + 1}.")
+    return format_reply([], task_complete=True, analysis="All done.", plan="Finish.")
+
+
+@pytest.mark.slow
+def test_rsr_stage_end_to_end_and_resume(tmp_path):
+    tasks = [load_task(p) for p in build_suite(str(tmp_path / "tasks"), "train", 1, ["files", "text"])]
+    tok = ByteTokenizer()
+    model_cfg = model_preset("tiny_qwen3")
+    cfg = RSRConfig(harnesses=("common", "retry"), runbooks_per_success=2, replays=2, max_len=6000,
+                    mesh=MeshConfig(data=1, fsdp=1, tensor=1),
+                    sft=SFTConfig(optim=OptimConfig(lr=1e-3, warmup_steps=1, total_steps=2), batch_size=2,
+                                  max_len=2048, pad_multiple=512, eval_fraction=0.0, checkpoint_every=1))
+    work = tmp_path / "rsr1"
+    report = run_rsr(cfg, model_cfg, str(work), tasks, tok, collect_policy=ScriptedPolicy(solve, tok),
+                     show_progress=False)
+
+    cov = report["coverage"]
+    assert cov == {"tasks": 2, "per_harness": {"common": 2, "retry": 2}, "union": 2, "union_gain_over_best": 0.0}
+    assert report["successes"] == 4
+    rb = report["runbooks"]
+    assert rb["written"] == rb["accepted"] + rb["rejected"] and rb["accepted"] > 0
+    assert report["replays"]["run"] == 2 * rb["accepted"] and report["replays"]["verified"] > 0
+    assert report["sft_examples"] == report["replays"]["verified"] - report["sft_examples_dropped"] > 0
+    assert report["rewrite_ratio"] == report["sft_examples"] / 4
+    assert json.loads((work / "report.json").read_text()) == report
+    for marker in ("collect/.done", "runbooks.done", "replays/.done", "sft_data/.done", "sft.done"):
+        assert (work / marker).exists(), marker
+
+    # SFT data: no runbook, test or solution text, loss only on assistant tokens.
+    runbooks = [json.loads(line) for line in open(work / "runbooks.jsonl")]
+    by_id = {t.task_id: t for t in tasks}
+    for line in open(work / "sft_data" / "examples.jsonl"):
+        ex = json.loads(line)
+        text = tok.decode(ex["tokens"])
+        task = by_id[ex["task_id"]]
+        assert "RUNBOOK" not in text and "Milestones:" not in text and "Pitfalls:" not in text
+        for r in runbooks:
+            for p in r["runbook"]["pitfalls"] + r["runbook"]["recovery"]:
+                assert p not in text
+        for src in [*(task.tests_dir.rglob("*.py")), task.solution_path]:
+            for code in src.read_text().splitlines():
+                if len(code.strip()) >= 30:
+                    assert code.strip() not in text, (src, code)
+        mask = np.array(ex["loss_mask"])
+        assert 0 < mask.sum() < len(mask)
+
+    # The new policy is an Orbax checkpoint the next stage restores; SFT changed it.
+    policy = restore_policy(str(work / "checkpoints"), model_cfg)
+    fresh = Qwen(model_cfg, rngs=nnx.Rngs(cfg.seed))
+    diffs = [float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in
+             zip(jax.tree.leaves(nnx.state(policy, nnx.Param)), jax.tree.leaves(nnx.state(fresh, nnx.Param)))]
+    assert max(diffs) > 0
+
+    # Re-running skips every finished phase: outputs untouched, same report.
+    stamps = {p: os.path.getmtime(work / p) for p in ("runbooks.jsonl", "sft_data/examples.jsonl",
+                                                      "replays/index.jsonl", "sft.json")}
+    again = run_rsr(cfg, model_cfg, str(work), tasks, tok, collect_policy=ScriptedPolicy(solve, tok),
+                    show_progress=False)
+    assert again == report
+    assert stamps == {p: os.path.getmtime(work / p) for p in stamps}
