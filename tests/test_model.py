@@ -10,6 +10,7 @@ from flax import nnx
 
 from trsi_jax.config import model_preset
 from trsi_jax.models import Critic, Qwen, init_cache
+from trsi_jax.models.attention import attend
 
 # Small GDN chunks so short test sequences cross chunk boundaries.
 CONFIGS = {"qwen3_5": dataclasses.replace(model_preset("tiny"), gdn_chunk_size=4),
@@ -132,3 +133,21 @@ def test_full_size_presets_build_abstractly(preset, count):
     model = nnx.eval_shape(lambda: Qwen(model_preset(preset), rngs=nnx.Rngs(0)))
     params = jax.tree.leaves(nnx.state(model, nnx.Param))
     assert sum(int(np.prod(p.shape)) for p in params) == count
+
+
+def test_blocked_attention_matches_reference():
+    """Query blocking (any T, incl. a ragged last block) == a direct masked softmax in NumPy."""
+    ks = jax.random.split(jax.random.key(0), 3)
+    b, t, h, kv, d = 2, 11, 4, 2, 8
+    q = jax.random.normal(ks[0], (b, t, h, d))
+    k, v = jax.random.normal(ks[1], (b, t, kv, d)), jax.random.normal(ks[2], (b, t, kv, d))
+    valid = jnp.asarray(np.arange(t)[None, :] >= np.array([[0], [3]]))  # row 1: 3 left pads
+    blocked = jax.jit(attend, static_argnames="q_block")(q, k, v, valid, jnp.arange(t), q_block=4)
+    qn, kn, vn = (np.repeat(np.asarray(x), h // x.shape[2], axis=2) for x in (q, k, v))
+    logits = np.einsum("bthd,bshd->bhts", qn, kn) / np.sqrt(d)
+    allowed = np.asarray(valid)[:, None, None, :] & (np.arange(t)[None, :] <= np.arange(t)[:, None])[None, None]
+    logits = np.where(allowed, logits, -np.inf)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    ref = np.einsum("bhts,bshd->bthd", probs / probs.sum(-1, keepdims=True), vn)
+    real = np.asarray(valid)
+    np.testing.assert_allclose(np.asarray(blocked)[real], ref[real], atol=1e-5)

@@ -9,21 +9,32 @@ from trsi_jax.config import ModelConfig
 from trsi_jax.models.layers import RMSNorm, apply_rope, dense
 
 
-def attend(q_BTHD, k_BSKD, v_BSKD, allowed_BTS):
+def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 512):
     """Softmax attention with grouped KV heads; logits and softmax in fp32.
 
-    `allowed_BTS` says which key slots each query may read (causality and padding). A query row
-    with no allowed key (a left-pad position) gets a finite, meaningless output.
+    Query t (at cache slot `slots_T[t]`) reads key slot s iff `valid_BS[:, s]` and s <= slots_T[t]
+    (causality and padding). A query with no readable key (a left pad) gets a finite, meaningless
+    output. Queries run in blocks of `q_block`, so the logits never exceed [B, H, q_block, S].
     """
     b, t, h, d = q_BTHD.shape
-    kv = k_BSKD.shape[2]
-    q_BTKGD = q_BTHD.reshape(b, t, kv, h // kv, d)
-    logits_BKGTS = jnp.einsum("btkgd,bskd->bkgts", q_BTKGD, k_BSKD,
-                              preferred_element_type=jnp.float32) * (d ** -0.5)
-    logits_BKGTS = jnp.where(allowed_BTS[:, None, None], logits_BKGTS, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits_BKGTS, axis=-1).astype(v_BSKD.dtype)
-    out_BTKGD = jnp.einsum("bkgts,bskd->btkgd", probs, v_BSKD)
-    return out_BTKGD.reshape(b, t, h, d)
+    s, kv = k_BSKD.shape[1], k_BSKD.shape[2]
+
+    def block(q_BtHD, slots_t):
+        q_BtKGD = q_BtHD.reshape(b, -1, kv, h // kv, d)
+        logits = jnp.einsum("btkgd,bskd->bkgts", q_BtKGD, k_BSKD, preferred_element_type=jnp.float32) * (d ** -0.5)
+        allowed_Bts = valid_BS[:, None, :] & (jnp.arange(s)[None, None, :] <= slots_t[None, :, None])
+        logits = jnp.where(allowed_Bts[:, None, None], logits, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(logits, axis=-1).astype(v_BSKD.dtype)
+        return jnp.einsum("bkgts,bskd->btkgd", probs, v_BSKD).reshape(b, -1, h, d)
+
+    if t <= q_block:
+        return block(q_BTHD, slots_T)
+    n = -(-t // q_block)
+    pad = n * q_block - t
+    q_NBtHD = jnp.pad(q_BTHD, [(0, 0), (0, pad), (0, 0), (0, 0)]).reshape(b, n, q_block, h, d).swapaxes(0, 1)
+    slots_Nt = jnp.pad(slots_T, (0, pad)).reshape(n, q_block)
+    out_NBtHD = jax.lax.map(lambda xs: block(*xs), (q_NBtHD, slots_Nt))
+    return out_NBtHD.swapaxes(0, 1).reshape(b, n * q_block, h, d)[:, :t]
 
 
 class Attention(nnx.Module):
@@ -40,7 +51,7 @@ class Attention(nnx.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_plus_one, cfg.param_dtype)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_plus_one, cfg.param_dtype)
 
-    def __call__(self, x_BTD, cos_BTR, sin_BTR, allowed_BTS, kv_cache=None):
+    def __call__(self, x_BTD, cos_BTR, sin_BTR, valid_BS, slots_T, kv_cache=None):
         """Returns (out_BTD, (k_BSKD, v_BSKD) | None).
 
         kv_cache: None (keys are this call's tokens) or (k_BSKD, v_BSKD, length) where the new
@@ -65,7 +76,7 @@ class Attention(nnx.Module):
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, length, 0, 0))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, length, 0, 0))
             new_cache = (k, v)
-        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), allowed_BTS)
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), valid_BS, slots_T)
         if cfg.attn_output_gate:
             out = out * jax.nn.sigmoid(gate_BTHD.astype(jnp.float32)).astype(out.dtype)
         return self.o_proj(out.reshape(b, t, h * d)), new_cache

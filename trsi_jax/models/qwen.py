@@ -42,7 +42,7 @@ class DecoderLayer(nnx.Module):
     def __call__(self, x_BTD, ctx, layer_cache):
         h = self.input_layernorm(x_BTD)
         if self.kind == "full":
-            h, new_cache = self.self_attn(h, ctx["cos"], ctx["sin"], ctx["allowed"],
+            h, new_cache = self.self_attn(h, ctx["cos"], ctx["sin"], ctx["valid"], ctx["slots"],
                                           None if layer_cache is None else (*layer_cache, ctx["length"]))
         else:
             h, new_cache = self.linear_attn(h, ctx["mask"], layer_cache)
@@ -106,8 +106,7 @@ class Backbone(nnx.Module):
             valid_BS = jax.lax.dynamic_update_slice(cache.valid, mask_BT, (0, cache.length))
             length = cache.length
         cos, sin = rope_cos_sin(pos_BT, cfg)
-        allowed_BTS = valid_BS[:, None, :] & (jnp.arange(valid_BS.shape[1])[None, None, :] <= slots_T[None, :, None])
-        ctx = dict(mask=mask_BT, cos=cos, sin=sin, allowed=allowed_BTS, length=length)
+        ctx = dict(mask=mask_BT, cos=cos, sin=sin, valid=valid_BS, slots=slots_T, length=length)
 
         x_BTD = self.embed_tokens(tokens_BT)
         x_BTD, layer_caches = self._run_layers(x_BTD, ctx, cache)
