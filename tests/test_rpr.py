@@ -115,11 +115,11 @@ def test_stage1_updates_both_models_after_warmup(stage1):
     # Warm-up: the policy saved after update 1 is bitwise the initial one; the critic moved.
     init = nnx.jit(lambda: Qwen(MODEL, rngs=nnx.Rngs(CFG.seed)))()
     init_policy = _leaves(nnx.to_pure_dict(nnx.state(init, nnx.Param)))
-    after1 = _restore(result.checkpoint_dir, 1, ["policy", "critic"])
-    after2 = _restore(result.checkpoint_dir, 2, ["policy", "critic"])
-    assert all(np.array_equal(a, b) for a, b in zip(_leaves(after1["policy"]), init_policy))
+    after1 = _restore(result.checkpoint_dir, 1, ["params", "critic"])
+    after2 = _restore(result.checkpoint_dir, 2, ["params", "critic"])
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(after1["params"]), init_policy))
     assert np.abs(after1["critic"]["value_head"]["kernel"]).sum() > 0  # the head starts at zero
-    assert not all(np.array_equal(a, b) for a, b in zip(_leaves(after2["policy"]), init_policy))
+    assert not all(np.array_equal(a, b) for a, b in zip(_leaves(after2["params"]), init_policy))
     assert not all(np.array_equal(a, b) for a, b in zip(_leaves(after2["critic"]), _leaves(after1["critic"])))
     record = read_handoff(workdir)["rpr-1"]
     assert record["policy_from"] == {"random_init_seed": CFG.seed} and record["critic_from"]["policy_backbone"]
@@ -131,17 +131,17 @@ def test_stage2_inherits_critic_bit_exactly_on_another_mesh(stage1, tmp_path):
     mesh = make_mesh(C.MeshConfig(data=2, fsdp=2, tensor=2))
     setup = setup_rpr(cfg2, MODEL, str(tmp_path / "rpr-2"), ["alpha", "beta"], mesh,
                       init_checkpoint=result.checkpoint_dir, critic_checkpoint=result.checkpoint_dir)
-    saved = _restore(result.checkpoint_dir, 2, ["policy", "critic", "critic_opt"])
+    saved = _restore(result.checkpoint_dir, 2, ["params", "critic", "critic_opt"])
     learner = setup.learner
     for got, want in ((nnx.to_pure_dict(learner.critic_params), saved["critic"]),
-                      (nnx.to_pure_dict(learner.policy_params), saved["policy"]),
+                      (nnx.to_pure_dict(learner.policy_params), saved["params"]),
                       (learner.critic_opt, saved["critic_opt"])):
         got, want = _leaves(got), _leaves(want)
         assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
     for leaf in jax.tree.leaves(learner.critic_params):
         assert dict(leaf.sharding.mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 2}
     assert setup.handoff["critic_from"]["dir"] == result.checkpoint_dir
-    assert setup.handoff["critic_from"]["step"] == 2 and setup.handoff["policy_from"]["item"] == "policy"
+    assert setup.handoff["critic_from"]["step"] == 2 and setup.handoff["policy_from"]["item"] == "params"
     setup.ckpt.close()
 
 
@@ -152,9 +152,9 @@ def test_kill_and_resume_matches_uninterrupted_run(stage1, tasks, tmp_path):
     assert first.updates == 1
     resumed = run_rpr(CFG, MODEL, workdir, tasks, ByteTokenizer(), progress=False)  # a new process would do this
     assert resumed.resumed_from == 1 and resumed.updates == 2
-    got = _restore(resumed.checkpoint_dir, 2, ["policy", "critic", "fdr_stats"])
-    want = _restore(reference.checkpoint_dir, 2, ["policy", "critic", "fdr_stats"])
-    for name in ("policy", "critic", "fdr_stats"):
+    got = _restore(resumed.checkpoint_dir, 2, ["params", "critic", "fdr_stats"])
+    want = _restore(reference.checkpoint_dir, 2, ["params", "critic", "fdr_stats"])
+    for name in ("params", "critic", "fdr_stats"):
         assert all(np.array_equal(a, b) for a, b in zip(_leaves(got[name]), _leaves(want[name]))), name
 
 

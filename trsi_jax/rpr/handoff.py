@@ -17,8 +17,8 @@ from trsi_jax.config import ModelConfig
 from trsi_jax.train.checkpoint import Checkpointer, restore_policy
 
 HANDOFF = "handoff.json"
-# Item names under which stages store the policy: RSR/SFT write "params", RPR writes "policy".
-POLICY_ITEMS = ("policy", "params")
+# Every stage (bootstrap SFT, RSR, RPR) stores its policy as item "params".
+POLICY_ITEM = "params"
 
 
 def read_handoff(workdir: str) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def checkpoint_source(ckpt_dir: str, items: tuple[str, ...]) -> dict[str, Any]:
 
 
 def load_policy(ckpt_dir: str, cfg: ModelConfig, mesh=None):
-    """(policy, source) from the latest step of any stage's checkpoint folder (RSR or RPR)."""
-    source = checkpoint_source(ckpt_dir, POLICY_ITEMS)
+    """(policy, source) from the latest step of any stage's checkpoint folder."""
+    source = checkpoint_source(ckpt_dir, (POLICY_ITEM,))
     policy = restore_policy(ckpt_dir, cfg, mesh=mesh, step=source["step"], item=source["item"])
     return policy, source

@@ -3,8 +3,8 @@
 Per update u: tasks_per_update tasks (a pure function of (seed, u)) x samples_per_task episodes
 under the common harness -> SPR/binary outcome reward + FDR per turn -> old log-probs and values
 -> advantages by the selected estimator -> PPO epochs (critic alone for the first
-`critic_warmup_updates` updates of the stage) -> metrics -> Orbax checkpoint of `policy`,
-`critic`, `policy_opt`, `critic_opt`, `fdr_stats` with run metadata. A killed run resumes from
+`critic_warmup_updates` updates of the stage) -> metrics -> Orbax checkpoint of `params` (the
+policy), `critic`, `policy_opt`, `critic_opt`, `fdr_stats` with run metadata. A killed run resumes from
 its latest checkpoint; the next update's tasks and sampling seed do not depend on the past.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from trsi_jax.rollout import Budgets, ModelPolicy, SampleConfig, run_episodes, s
 from trsi_jax.rpr.batch import episodes_to_batch
 from trsi_jax.rpr.handoff import checkpoint_source, load_policy, write_handoff
 from trsi_jax.train.checkpoint import Checkpointer
-from trsi_jax.train.ppo import PPOLearner
+from trsi_jax.train.ppo import ITEMS, PPOLearner
 
 CHECKPOINTS = "checkpoints"
 
@@ -141,7 +141,7 @@ def setup_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, families: Se
             raise ValueError(f"{ckpt.directory} step {resumed} belongs to a run with seed={meta.get('seed')} "
                              f"families={meta.get('families')}, not seed={cfg.seed} families={families}; "
                              "use a fresh workdir")
-        names = ["policy", "critic", "policy_opt", "critic_opt"]
+        names = list(ITEMS)
         restored = ckpt.restore(resumed, items=names + ["fdr_stats"], targets=learner.targets(names))
         learner.load_items({k: restored[k] for k in names})
         fdr_stats = _fdr_from_tree(restored["fdr_stats"])
@@ -169,8 +169,8 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
             mesh=None, stop_after: int | None = None, progress: bool = True) -> RPRResult:
     """Runs (or resumes) one RPR stage in `workdir`.
 
-    init_checkpoint: the previous stage's checkpoint folder (its policy; RSR "params" or RPR
-      "policy"); None starts from a random policy (tests, smoke runs).
+    init_checkpoint: the previous stage's checkpoint folder (its policy, item "params");
+      None starts from a random policy (tests, smoke runs).
     critic_checkpoint: with `cfg.inherit_critic`, the previous RPR stage's checkpoint folder whose
       `critic` (and with `inherit_critic_opt` its `critic_opt`) is restored onto this mesh.
     stop_after: stop once this many updates are done (simulates a kill in tests).

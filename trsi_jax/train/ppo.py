@@ -32,6 +32,8 @@ from trsi_jax import rl, sharding
 from trsi_jax.config import OptimConfig, PPOConfig
 from trsi_jax.train.optim import make_optimizer
 
+# Checkpoint items of a learner: policy parameters, critic parameters, their optimizer states.
+ITEMS = ("params", "critic", "policy_opt", "critic_opt")
 # Row-aligned [B, T] inputs of an update (plus ref_logprobs when kl_coef > 0).
 BATCH_KEYS = ("tokens", "mask", "policy_mask", "advantages", "returns", "old_logprobs", "old_values")
 
@@ -95,7 +97,7 @@ class PPOLearner:
         self.cfg, self.mesh = cfg, mesh
         self.policy_def, self.policy_params, self.policy_rest, p_sh, pr_sh = _place(policy, mesh)
         self.critic_def, self.critic_params, self.critic_rest, c_sh, cr_sh = _place(critic, mesh)
-        self.shardings = {"policy": p_sh, "critic": c_sh}
+        self.shardings = {"params": p_sh, "critic": c_sh}
         self.policy_tx = make_optimizer(policy_optim)
         self.critic_tx = make_optimizer(critic_optim)
         self.policy_opt, self.shardings["policy_opt"] = _opt_init(self.policy_tx, self.policy_params, p_sh, mesh)
@@ -126,34 +128,34 @@ class PPOLearner:
         return nnx.merge(self.critic_def, self.critic_params, self.critic_rest)
 
     def items(self) -> dict[str, Any]:
-        """Checkpoint items: parameters (pure dicts, as `restore_policy` reads them) and
-        optimizer states of both models."""
-        return {"policy": nnx.to_pure_dict(self.policy_params),
+        """Checkpoint items (ITEMS): parameters as pure dicts and both optimizer states. The
+        policy is "params", the name every stage gives its policy, so `restore_policy` (RSR-2,
+        evaluation) reads an RPR checkpoint like any other."""
+        return {"params": nnx.to_pure_dict(self.policy_params),
                 "critic": nnx.to_pure_dict(self.critic_params),
                 "policy_opt": self.policy_opt, "critic_opt": self.critic_opt}
 
     def targets(self, names) -> dict[str, Any]:
         """Abstract restore targets (shapes, dtypes and this mesh's shardings) for `names`."""
         abstract = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)  # noqa: E731
-        trees = {"policy": self.policy_params, "critic": self.critic_params,
+        trees = {"params": self.policy_params, "critic": self.critic_params,
                  "policy_opt": self.policy_opt, "critic_opt": self.critic_opt}
         out = {}
         for name in names:
             tree = jax.tree.map(abstract, trees[name], self.shardings[name])
-            out[name] = nnx.to_pure_dict(tree) if name in ("policy", "critic") else tree
+            out[name] = nnx.to_pure_dict(tree) if name in ("params", "critic") else tree
         return out
 
     def load_items(self, items: dict[str, Any]) -> None:
         """Replaces any of the `items()` entries with restored ones (already on this mesh)."""
-        unknown = set(items) - {"policy", "critic", "policy_opt", "critic_opt"}
+        unknown = set(items) - set(ITEMS)
         if unknown:
-            raise ValueError(f"PPOLearner.load_items: unknown items {sorted(unknown)}")
+            raise ValueError(f"PPOLearner.load_items: unknown items {sorted(unknown)}; known: {ITEMS}")
         for name, value in items.items():
-            if name in ("policy", "critic"):
-                nnx.replace_by_pure_dict(getattr(self, f"{name}_params"), value)
+            if name in ("params", "critic"):
+                nnx.replace_by_pure_dict(self.policy_params if name == "params" else self.critic_params, value)
             else:
-                current = getattr(self, name)
-                if jax.tree.structure(value) != jax.tree.structure(current):
+                if jax.tree.structure(value) != jax.tree.structure(getattr(self, name)):
                     raise ValueError(f"checkpoint item {name!r} does not match this optimizer's state")
                 setattr(self, name, value)
 
