@@ -51,6 +51,9 @@ class LocalSandbox(Sandbox):
     """A bubblewrap sandbox built from the task's Dockerfile subset (RUN lines run inside it)."""
 
     def __init__(self, task: Task, limits: Limits | None = None):
+        if os.geteuid() != 0:
+            raise SandboxError(f"the local backend needs root (bubblewrap with capability control and cgroups); "
+                               f"running as uid {os.geteuid()}: use backend='docker' or run as root")
         self.task = task
         self.limits = limits or Limits.for_task(task)
         self._dir = Path(tempfile.mkdtemp(prefix="trsi-sbx-"))
