@@ -204,6 +204,54 @@ def shard_params(state: Any, mesh: Mesh, rules: Rules = RULES) -> Any:
     return jax.device_put(state, param_shardings(state, mesh, rules))
 
 
+# ---------------------------------------------------------------------------------------------
+# Compute layout inside the model. GSPMD left alone keeps activations split on the hidden axis
+# (like the weights) and gathers the whole batch, or all-gathers logit gradients; these pins
+# give the FSDP layout instead: activations split by batch, each weight all-gathered over `fsdp`
+# right before its layer runs (its gradient reduce-scattered back). They apply under an ambient
+# mesh (`with jax.set_mesh(mesh):` around tracing) and are the identity without one.
+
+
+def _ambient_mesh():
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty or not set(AXES) <= set(mesh.axis_names) else mesh
+
+
+def constrain_batch(x: jax.Array) -> jax.Array:
+    """Pins an activation's leading (batch) axis to (data, fsdp) when the mesh divides it."""
+    mesh = _ambient_mesh()
+    if mesh is None or x.ndim == 0 or x.shape[0] % (mesh.shape["data"] * mesh.shape["fsdp"]):
+        return x
+    return jax.lax.with_sharding_constraint(x, P(BATCH_AXES, *([None] * (x.ndim - 1))))
+
+
+def _without_fsdp(entry):
+    if isinstance(entry, tuple):
+        kept = tuple(a for a in entry if a != "fsdp")
+        return kept if len(kept) > 1 else (kept[0] if kept else None)
+    return None if entry == "fsdp" else entry
+
+
+def gather_weight(path: str, x: jax.Array, rules: Rules = RULES) -> jax.Array:
+    """`x` (the parameter at `path`, as the rules name it) all-gathered over `fsdp`, its
+    `tensor` split kept: call right before use so only one layer is gathered at a time."""
+    mesh = _ambient_mesh()
+    if mesh is None:
+        return x
+    spec = spec_for(path, tuple(x.shape), mesh, rules)
+    # Pinned to its stored split first, so the gradient (the transpose) is reduce-scattered back
+    # to that split inside the layer loop instead of piling up gathered across layers.
+    x = jax.lax.with_sharding_constraint(x, spec)
+    return jax.lax.with_sharding_constraint(x, P(*(_without_fsdp(e) for e in spec)))
+
+
+def gather_weights(tree: Any, rules: Rules = RULES) -> Any:
+    """`gather_weight` on every leaf of one layer's parameter tree (paths relative to the layer)."""
+    if _ambient_mesh() is None:
+        return tree
+    return jax.tree_util.tree_map_with_path(lambda p, x: gather_weight(path_str(p), x, rules), tree)
+
+
 def initialize_multihost(enabled: bool) -> tuple[int, int]:
     """`jax.distributed.initialize()` once (one process per host, coordinator from the
     environment: TPU metadata, SLURM or JAX_COORDINATOR_ADDRESS); returns (process, count)."""
