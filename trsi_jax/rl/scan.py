@@ -7,7 +7,7 @@ skip positions for free. Several right-hand sides `bs` may share one coefficient
 
 Two exact formulations of the same recurrence (they differ only in float rounding order):
 - "associative": `jax.lax.associative_scan` over affine maps, O(log T) depth.
-- "sequential":  `jax.lax.scan`, one step per position (the textbook loop, compiled).
+- "sequential":  `jax.lax.scan`, one position per step (the textbook loop, compiled; unrolled).
 """
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ SCAN_IMPLS = {
 
 
 def resolve_impl(impl: str | None) -> str:
-    """None -> the fastest formulation for the default backend: on CPU the sequential loop wins
-    (measured in benchmarks/bench_gae.py: the associative scan moves ~log T times more data and
-    XLA:CPU runs a short loop step in ~0.2 us); on GPU/TPU the log-depth associative scan."""
+    """None -> the faster formulation for the default backend: on CPU "sequential" (TB-GAE at
+    B=64, T=16k: 3.5x less CPU time than "associative", see benchmarks/bench_gae.py: the
+    associative scan makes ~2 log2(T) strided slice/pad passes over the data on XLA:CPU);
+    on GPU/TPU the log-depth "associative" scan."""
     if impl is None:
         return "sequential" if jax.default_backend() == "cpu" else "associative"
     if impl not in SCAN_IMPLS:
