@@ -229,12 +229,17 @@ UNIT = st.floats(0.0, 1.0)
 
 @settings(max_examples=25, deadline=None)
 @given(seed=SEEDS, g_tok=UNIT, l_tok=UNIT, g_turn=UNIT, l_turn=UNIT)
-def test_property_impls_agree_with_reference(seed, g_tok, l_tok, g_turn, l_turn):
+def test_property_every_estimator_and_impl_agrees_with_its_reference(seed, g_tok, l_tok, g_turn, l_turn):
     r, v, m, k = make_batch(seed)
-    ref_adv, _ = tb_gae_np(r, v, m, k, g_tok, l_tok, g_turn, l_turn)
-    for impl in IMPLS:
-        adv, _ = _np(rl.tb_gae(r, v, m, k, g_tok, l_tok, g_turn, l_turn, impl=impl, validate=False))
-        np.testing.assert_allclose(adv, ref_adv, rtol=0, atol=1e-9)
+    refs = {"tb_gae": tb_gae_np(r, v, m, k, g_tok, l_tok, g_turn, l_turn),
+            "gae": gae_estimator_np(r, v, m, g_tok, l_tok),
+            "turn_broadcast": turn_broadcast_np(r, v, m, k, g_turn, l_turn)}
+    for name, (ref_adv, ref_ret) in refs.items():
+        for impl in IMPLS:
+            adv, ret = _np(rl.get_advantage_estimator(name)(r, v, m, k, g_tok, l_tok, g_turn, l_turn, impl=impl,
+                                                            validate=False))
+            np.testing.assert_allclose(adv, ref_adv, rtol=0, atol=1e-9, err_msg=f"{name}/{impl}")
+            np.testing.assert_allclose(ret, ref_ret, rtol=0, atol=1e-9, err_msg=f"{name}/{impl}")
 
 
 @settings(max_examples=25, deadline=None)
