@@ -1,0 +1,173 @@
+"""The five-stage Terminal-RSI pipeline: bootstrap -> base -> RSR-1 -> RPR-1 -> RSR-2 -> RPR-2.
+
+Each stage runs in its own folder under the pipeline workdir and reads the previous stage's
+checkpoint folder; RPR-2 also inherits RPR-1's critic. A stage whose `stage.done.json` exists is
+skipped on re-run (a killed stage resumes from its own checkpoints), and so is an evaluation
+whose `eval.json` exists. After every stage its policy is evaluated on the held-out split; the
+final table (pass@k, strict success, process reward, per family) goes to `report.json`,
+`report.md` and stdout. `handoff.json` records which checkpoint each stage started from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from typing import Any, Callable
+
+import jax
+from absl import logging
+from flax import nnx
+
+from trsi_jax.config import ModelConfig, RPRConfig, RSRConfig
+from trsi_jax.models import Qwen
+from trsi_jax.pipeline.bootstrap import bootstrap
+from trsi_jax.pipeline.config import PipelineConfig
+from trsi_jax.pipeline.evaluate import evaluate_policy, format_table
+from trsi_jax.rpr.handoff import checkpoint_source, load_policy, read_handoff, write_handoff
+from trsi_jax.rpr.stage import CHECKPOINTS, run_rpr
+from trsi_jax.sharding import make_mesh
+
+STAGES = ("base", "rsr-1", "rpr-1", "rsr-2", "rpr-2")
+DONE = "stage.done.json"
+EVAL = "eval.json"
+
+
+def _json_write(path: str, obj: Any) -> None:
+    if jax.process_index() != 0:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def _json_read(path: str) -> Any | None:
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def built_in_tasks(folder: str, split: str, per_family: int, families=None) -> list:
+    """The built-in suite's `split` as Tasks, written to `folder` once (atomically: built in a
+    temporary folder, then renamed) and loaded from there on later calls."""
+    from sandboxes.suite import build_suite
+    from trsi_jax.tasks import load_tasks
+
+    if not os.path.isdir(folder) and jax.process_index() == 0:
+        tmp = f"{folder}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_suite(tmp, split=split, per_family=per_family, families=families)
+        os.replace(tmp, folder)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(f"tasks:{folder}")
+    tasks, rejected = load_tasks(folder)
+    if rejected:
+        raise ValueError(f"built-in tasks rejected by the loader: {rejected}")
+    return sorted(tasks, key=lambda t: t.task_id)
+
+
+class Pipeline:
+    """Runs the stages in order; every method is safe to call again after a kill."""
+
+    def __init__(self, cfg: PipelineConfig, model_cfg: ModelConfig, workdir: str, tokenizer,
+                 show_progress: bool = True):
+        self.cfg, self.model_cfg, self.tokenizer = cfg, model_cfg, tokenizer
+        self.workdir = os.path.abspath(workdir)
+        self.show_progress = show_progress
+        self.mesh = make_mesh(cfg.mesh)
+        self.train_tasks, self.heldout_tasks = self._tasks()
+
+    def _tasks(self):
+        families = tuple(self.cfg.families) or None
+        root = os.path.join(self.workdir, "tasks")
+        return (built_in_tasks(os.path.join(root, "train"), "train", self.cfg.train_per_family, families),
+                built_in_tasks(os.path.join(root, "heldout"), "heldout", self.cfg.heldout_per_family, families))
+
+    def stage_dir(self, stage: str) -> str:
+        return os.path.join(self.workdir, stage)
+
+    def checkpoints(self, stage: str) -> str:
+        return os.path.join(self.stage_dir(stage), CHECKPOINTS)
+
+    # -- stages ------------------------------------------------------------------------------
+
+    def _once(self, stage: str, fn: Callable[[], dict]) -> dict:
+        path = os.path.join(self.stage_dir(stage), DONE)
+        done = _json_read(path)
+        if done is not None:
+            logging.info("pipeline: %s already done, skipping", stage)
+            return done
+        os.makedirs(self.stage_dir(stage), exist_ok=True)
+        start = time.perf_counter()
+        logging.info("pipeline: %s starting", stage)
+        summary = dict(fn(), seconds=time.perf_counter() - start)
+        _json_write(path, summary)
+        return summary
+
+    def _base(self) -> dict:
+        model = nnx.jit(lambda: Qwen(self.model_cfg, rngs=nnx.Rngs(self.cfg.seed)))()
+        summary = bootstrap(model, self.train_tasks, self.tokenizer, self.cfg.bootstrap, self.stage_dir("base"),
+                            mesh=self.mesh, backend=self.cfg.backend, repeats=self.cfg.bootstrap_repeats,
+                            show_progress=self.show_progress)
+        write_handoff(self.workdir, "base", {"policy_from": {"random_init_seed": self.cfg.seed},
+                                             "bootstrap": summary})
+        return summary
+
+    def _rsr(self, stage: str, cfg: RSRConfig, previous: str) -> dict:
+        from trsi_jax.rsr.stage import run_rsr
+
+        init = self.checkpoints(previous)
+        write_handoff(self.workdir, stage, {"policy_from": checkpoint_source(init, ("params",))})
+        report = run_rsr(cfg, self.model_cfg, self.stage_dir(stage), self.train_tasks, self.tokenizer,
+                         init_checkpoint=init, mesh=self.mesh)
+        return dict(report) if isinstance(report, dict) else dataclasses.asdict(report)
+
+    def _rpr(self, stage: str, cfg: RPRConfig, previous: str, critic_from: str | None) -> dict:
+        init = self.checkpoints(previous)
+        critic = self.checkpoints(critic_from) if critic_from else None
+        result = run_rpr(cfg, self.model_cfg, self.stage_dir(stage), self.train_tasks, self.tokenizer,
+                         init_checkpoint=init, critic_checkpoint=critic, mesh=self.mesh,
+                         progress=self.show_progress)
+        write_handoff(self.workdir, stage, read_handoff(self.stage_dir(stage))[stage])
+        return {"updates": result.updates, "last_metrics": result.last_metrics}
+
+    def evaluate(self, stage: str) -> dict:
+        path = os.path.join(self.stage_dir(stage), EVAL)
+        done = _json_read(path)
+        if done is not None:
+            return done
+        cfg = self.cfg
+        policy, source = load_policy(self.checkpoints(stage), self.model_cfg, self.mesh)
+        result = evaluate_policy(policy, self.heldout_tasks, self.tokenizer, samples=cfg.eval_samples,
+                                 temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
+                                 max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len,
+                                 backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress)
+        result["checkpoint"] = source
+        _json_write(path, result)
+        return result
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        steps = {
+            "base": self._base,
+            "rsr-1": lambda: self._rsr("rsr-1", cfg.rsr1, "base"),
+            "rpr-1": lambda: self._rpr("rpr-1", cfg.rpr1, "rsr-1", None),
+            "rsr-2": lambda: self._rsr("rsr-2", cfg.rsr2, "rpr-1"),
+            "rpr-2": lambda: self._rpr("rpr-2", cfg.rpr2, "rsr-2", "rpr-1" if cfg.rpr2.inherit_critic else None),
+        }
+        stages, evals = {}, {}
+        for stage in STAGES:
+            stages[stage] = self._once(stage, steps[stage])
+            evals[stage] = self.evaluate(stage)
+            logging.info("pipeline: %s held-out %s", stage, json.dumps(evals[stage]["all"]))
+        table = format_table(evals)
+        report = {"stages": stages, "eval": evals, "table": table, "handoff": read_handoff(self.workdir)}
+        _json_write(os.path.join(self.workdir, "report.json"), report)
+        if jax.process_index() == 0:
+            with open(os.path.join(self.workdir, "report.md"), "w") as f:
+                f.write("Held-out evaluation per stage\n\n```\n" + table + "\n```\n")
+        return report
