@@ -57,8 +57,14 @@ def test_oracle_and_empty_episode(client, tmp_path):
         res = run_oracle(task, "docker")
         assert res.strict and res.tests == {"test_exists": True, "test_content": True, "test_seed": True}, res.log
     with make_sandbox(task, "docker") as sb:
+        # root in its container, the agent swaps python3 for a fake that "passes"; the verifier runs in a
+        # fresh container of the image carrying only the agent's non-system files.
+        r = sb.exec("printf '%s\\n' '#!/bin/sh' 'echo PASSED test_outputs.py::test_exists' > /usr/local/bin/python3 "
+                    "&& chmod +x /usr/local/bin/python3 && cp /usr/local/bin/python3 /usr/bin/python3 && python3")
+        assert r.output == "PASSED test_outputs.py::test_exists\n"
         res = verify(sb, task)
     assert not res.strict and res.partial == pytest.approx(1 / 3)
+    assert res.tests == {"test_exists": False, "test_content": False, "test_seed": True}
 
 
 def test_terminal_probe_and_isolation(client, tmp_path):
@@ -94,7 +100,7 @@ def test_limits_and_floods(client, tmp_path):
         t0 = time.monotonic()
         assert sb.exec("sleep 1e9", timeout_sec=1).timed_out and time.monotonic() - t0 < 10
         r = sb.exec("head -c 100M /dev/zero > /app/big; stat -c %s /app/big")
-        assert int(r.output.split()[-1]) <= 8 << 20
+        assert int(r.output.split()[-1]) <= 8 << 20, r.output
         r = sb.exec("python3 -c \"b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096]); print('allocated')\"")
         assert "allocated" not in r.output
         assert sb.exec("echo alive").output.strip() == "alive"

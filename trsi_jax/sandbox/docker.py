@@ -27,6 +27,10 @@ FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
 RUN_DIR = "/run/trsi"
 VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+# Top-level entries never carried from the agent's container to the verifier's (see stop_processes).
+SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv"}
+# Files docker bind-mounts into every container (or that would hook every process): not carried.
+CONTAINER_MANAGED = {"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/ld.so.preload"}
 # The pids in the container other than init (pid 1) and this shell: right after start, the keep-alive.
 LIST_PIDS = 'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || echo "$p"; done'
 # Kill every process but init and the keep-alive ($KEEP), repeating until none is left.
@@ -50,6 +54,16 @@ def load_from_map(path: Path = FROM_MAP) -> list[tuple[str, str]]:
 def map_image(image: str, rules: list[tuple[str, str]]) -> str:
     """The local image standing in for `image` (first matching glob), else `image` itself."""
     return next((local for pattern, local in rules if fnmatch.fnmatchcase(image, pattern)), image)
+
+
+def _without(tar_bytes: bytes, names: set[str]) -> bytes:
+    """The tar archive minus the members called `names`."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src:
+            if member.name.lstrip("./") not in names:
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    return out.getvalue()
 
 
 def _client():
@@ -135,6 +149,14 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"image {image} not found locally (no registry here): map it in {FROM_MAP} "
                                "or build it (sandboxes/docker/build_base_image.sh)") from None
         self.workdir = workdir
+        self.image = image
+        self.container = None
+        self.api = self.client.api
+        self._start_container()
+
+    def _start_container(self) -> None:
+        """A fresh container of self.image with the sandbox's limits; records its keep-alive pid."""
+        import docker  # noqa: PLC0415
         lim = self.limits
         ulimits = [docker.types.Ulimit(name="cpu", soft=lim.cpu_sec, hard=lim.cpu_sec),
                    docker.types.Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
@@ -142,16 +164,15 @@ class DockerSandbox(Sandbox):
                    docker.types.Ulimit(name="core", soft=0, hard=0)]
         try:
             self.container = self.client.containers.run(
-                image, ["sleep", "infinity"], detach=True, init=True, hostname="sandbox", working_dir=workdir,
-                network_mode="bridge" if task.allow_internet else "none", mem_limit=f"{lim.memory_mb}m",
-                memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9), pids_limit=lim.pids,
-                cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"], privileged=False,
-                ulimits=ulimits, labels={"trsi.sandbox": task.task_id})
+                self.image, ["sleep", "infinity"], detach=True, init=True, hostname="sandbox",
+                working_dir=self.workdir, network_mode="bridge" if self.task.allow_internet else "none",
+                mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
+                pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
+                privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id})
         except docker.errors.APIError as e:
-            raise SandboxError(f"could not start a container from {image}: {e}") from None
-        self.api = self.client.api
+            raise SandboxError(f"could not start a container from {self.image}: {e}") from None
         try:
-            self._mkdir(workdir)
+            self._mkdir(self.workdir)
             code, out = self._exec_raw(["sh", "-c", LIST_PIDS])
             self._keep_pid = out.decode().split()
             if code != 0 or len(self._keep_pid) != 1:
@@ -247,6 +268,30 @@ class DockerSandbox(Sandbox):
             self._terminal.closed = True
             self._terminal = None
         self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
+        self._move_to_fresh_container()
+
+    def _move_to_fresh_container(self) -> None:
+        """Carry the agent's files (every top-level entry but the system directories) into a fresh
+        container of the same image, so the verifier runs the image's own /usr, not one the agent
+        (root in its container) may have altered."""
+        import docker  # noqa: PLC0415
+        old = self.container
+        changed = sorted({c["Path"].split("/")[1] for c in (old.diff() or [])} - SYSTEM_ENTRIES)
+        bundles = {}
+        for name in changed:  # only top-level entries the episode touched (docker diff vs the image)
+            try:
+                stream, _ = old.get_archive(f"/{name}")
+                bundles[name] = _without(b"".join(stream), CONTAINER_MANAGED)
+            except docker.errors.NotFound:  # deleted by the agent
+                bundles[name] = None
+        try:
+            self._start_container()
+            for name, data in bundles.items():
+                self._exec_raw(["rm", "-rf", f"/{name}"])
+                if data is not None and not self.container.put_archive("/", data):
+                    raise SandboxError(f"could not carry /{name} into the verification container")
+        finally:
+            old.remove(force=True)
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
         code, out = self._exec_raw(["sh", "-c", f"rm -rf {shlex.quote(sandbox_path)} && mkdir -p {shlex.quote(sandbox_path)}"])
