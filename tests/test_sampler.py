@@ -65,14 +65,18 @@ def test_rows_stop_independently_on_stop_ids_and_limits(model):
     assert len(out[2][0]) <= 2
 
 
+@pytest.mark.slow
 def test_max_len_bounds_generation(model):
     sampler = Sampler(model, max_len=20)
     (toks, _), = sampler.generate([PROMPTS[0]], GREEDY, jax.random.key(0))
     assert len(toks) == 20 - 16  # prompt bucket of 16 leaves 4 slots
     with pytest.raises(ValueError, match="max_len=20"):
-        sampler.generate([list(range(1, 20))], GREEDY, jax.random.key(0))
+        sampler.generate([list(range(1, 21))], GREEDY, jax.random.key(0))
+    (toks, _), = sampler.generate([list(range(1, 20))], GREEDY, jax.random.key(0))
+    assert len(toks) == 1  # a prompt of max_len - 1 tokens still gets its one token
 
 
+@pytest.mark.slow
 def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
     sampler = Sampler(model, max_len=64)
     hot = SampleConfig(temperature=1.0, max_new_tokens=10)
@@ -105,6 +109,7 @@ def test_sample_tokens_follows_the_filtered_distribution():
     np.testing.assert_allclose(freq(temperature=0.5, top_p=1.0, top_k=0), p2 / p2.sum(), atol=0.015)
 
 
+@pytest.mark.slow
 def test_runs_unchanged_with_sharded_params_and_batch(model, devices8):
     from trsi_jax import sharding
 
