@@ -8,6 +8,7 @@ import pytest
 
 from tests.sandbox_tasks import SECRET, write_tb1, write_tb2
 from trsi_jax.sandbox import Limits, SandboxError, make_sandbox, probe_progress, run_oracle, verify
+from trsi_jax.sandbox.verifier import parse_junit, parse_pytest_ra
 from trsi_jax.tasks import load_task
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("tmux") is None,
@@ -214,3 +215,30 @@ def test_terminal_outlives_the_thread_that_made_it(tb2):
     with made["sb"] as sb:
         assert made["term"].send_keys("echo survived\n", 5)
         assert "survived" in sb.terminal().read_new_output()
+
+
+@pytest.mark.parametrize("script, strict, partial, reward", [
+    ("echo 0.5 > /logs/verifier/reward.txt", False, 0.5, 0.5),
+    ("echo 1 > /logs/verifier/reward.txt", True, 1.0, 1.0),
+    ('echo \'{"reward": 1.0, "style": 0.2}\' > /logs/verifier/reward.json', True, 1.0, 1.0),
+    ('echo \'{"a": 1.0, "b": 0.0}\' > /logs/verifier/reward.json', False, 0.5, 0.5),
+    ("echo not-a-number > /logs/verifier/reward.txt", False, 0.0, None),
+    ("exit 0", False, 0.0, None),  # no tests and no reward: nothing was shown to pass
+])
+def test_reward_files_without_pytest(tmp_path, script, strict, partial, reward):
+    task = load_task(write_tb2(tmp_path, test_sh=f"#!/bin/bash\n{script}\n"))
+    with make_sandbox(task) as sb:
+        res = verify(sb, task)
+    assert (res.strict, res.partial, res.reward, res.tests) == (strict, partial, reward, {})
+
+
+def test_pytest_summary_parsing():
+    out = ("PASSED tests/test_outputs.py::test_a\nFAILED tests/test_outputs.py::test_b - assert 0 == 1\n"
+           "ERROR tests/test_outputs.py::test_c - fixture 'x' not found\nPASSED test_outputs.py::test_p[1-2]\n"
+           "SKIPPED [1] test_outputs.py:9: no\nXFAIL test_outputs.py::test_x\n")
+    assert parse_pytest_ra(out) == {"test_a": True, "test_b": False, "test_c": False, "test_p[1-2]": True,
+                                    "test_x": True}
+    xml = (b'<testsuites><testsuite><testcase name="test_a"/><testcase name="test_b"><failure/></testcase>'
+           b'<testcase name="test_c"><error/></testcase><testcase name="test_d"><skipped/></testcase>'
+           b'</testsuite></testsuites>')
+    assert parse_junit(xml) == {"test_a": True, "test_b": False, "test_c": False}

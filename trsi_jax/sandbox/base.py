@@ -19,6 +19,9 @@ TESTS_PATH = "/tests"
 VERIFIER_LOGS = "/logs/verifier"
 DEFAULT_EXEC_TIMEOUT_SEC = 60.0
 BUILD_TIMEOUT_SEC = 600.0
+# Environment of verifier runs: no cwd on sys.path (an agent's /app/pytest.py cannot shadow pytest),
+# no user site-packages, no bytecode written next to the tests.
+VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class SandboxError(RuntimeError):

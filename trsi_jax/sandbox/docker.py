@@ -1,6 +1,8 @@
 """The `docker` backend: the task's Dockerfile built by the Docker engine (legacy builder, images cached
 by content hash), one container per episode with no network, memory/cpu/pids/rlimits, all
-capabilities dropped but a few, no privilege escalation.
+capabilities dropped but a few, no privilege escalation. When the agent is done (`stop_processes`) the
+files it changed outside the system directories move into a fresh container of the same image, so the
+verifier never runs a /usr the agent (root in its container) could have altered.
 
 No registry is reachable here, so FROM images are mapped to local ones (sandboxes/docker/from_images.txt,
 built by sandboxes/docker/build_base_image.sh).
@@ -18,15 +20,14 @@ from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits, OutputCollector,
-                                   Sandbox, SandboxError)
+from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
+                                   OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
 FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_images.txt"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
 RUN_DIR = "/run/trsi"
-VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 # Top-level entries never carried from the agent's container to the verifier's (see stop_processes).
 SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv"}
 # Files docker bind-mounts into every container (or that would hook every process): not carried.
@@ -182,15 +183,14 @@ class DockerSandbox(Sandbox):
             raise
 
     # ---- commands -----------------------------------------------------------------------------
-    def _exec_raw(self, argv: list[str], env: dict[str, str] | None = None,
-                  workdir: str | None = None) -> tuple[int, bytes]:
+    def _exec_raw(self, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, bytes]:
         """Run argv to completion; (exit code, combined output). Only for the backend's own short,
         bounded commands; agent-facing commands go through `exec` (timeout, output cap)."""
         import docker  # noqa: PLC0415
         if self._closed:
             raise SandboxError("sandbox is closed")
         try:
-            eid = self.api.exec_create(self.container.id, argv, environment=env, workdir=workdir or "/")["Id"]
+            eid = self.api.exec_create(self.container.id, argv, environment=env, workdir="/")["Id"]
             out = self.api.exec_start(eid, stream=False)
             code = self.api.exec_inspect(eid)["ExitCode"]
         except docker.errors.APIError as e:
@@ -222,7 +222,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as e:
             raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
         timed_out = code is None or (code in (124, 137) and time.monotonic() - start >= timeout_sec)
-        return ExecResult(exit_code=-1 if timed_out else (code if code is not None else -1), output=text,
+        return ExecResult(exit_code=-1 if timed_out else code, output=text,
                           timed_out=timed_out, truncated=truncated)
 
     def terminal(self) -> Terminal:
