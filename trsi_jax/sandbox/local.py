@@ -59,7 +59,8 @@ class LocalSandbox(Sandbox):
         self._lock = threading.Lock()
         self._terminal = None
         self._closed = False
-        self._cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
+        # The per-sandbox pids+memory cgroup every process joins; None where cgroups are not writable.
+        self.cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
         self.env = dict(BASE_ENV)
         self.workdir = task.environment.workdir
         try:
@@ -138,11 +139,11 @@ class LocalSandbox(Sandbox):
         lim = self.limits
         a += ["prlimit", f"--cpu={lim.cpu_sec}", f"--fsize={lim.file_size_mb << 20}", f"--nofile={lim.nofile}",
               "--core=0"]
-        if self._cgroup is None:  # no cgroup to cap memory: cap each process's address space
+        if self.cgroup is None:  # no cgroup to cap memory: cap each process's address space
             a += [f"--as={lim.memory_mb << 20}"]
         a += ["--"] + argv
-        if self._cgroup is not None:  # join the sandbox cgroup before bwrap starts anything
-            join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self._cgroup.procs_files)
+        if self.cgroup is not None:  # join the sandbox cgroup before bwrap starts anything
+            join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self.cgroup.procs_files)
             a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + a
         return a
 
@@ -266,8 +267,8 @@ class LocalSandbox(Sandbox):
             procs = list(self._procs)
         for p in procs:
             self._kill(p)
-        if self._cgroup is not None:
-            self._cgroup.kill_all()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
         preload = self.root / "etc" / "ld.so.preload"
         if preload.is_symlink() or preload.exists():
             remove(preload)
@@ -295,6 +296,6 @@ class LocalSandbox(Sandbox):
             return
         self.stop_processes()
         self._closed = True
-        if self._cgroup is not None:
-            self._cgroup.destroy()
+        if self.cgroup is not None:
+            self.cgroup.destroy()
         shutil.rmtree(self._dir, ignore_errors=True)
