@@ -165,3 +165,28 @@ def test_model_policy_records_sampled_tokens_and_logprobs(task):
         assert np.all(logprobs[mask] < 0) and np.all(logprobs[~mask] == 0)
         assert all(t < TOK.vocab_size for t in ep.tokens)
     assert eps[0].tokens != eps[1].tokens  # independent samples
+
+
+@pytest.mark.slow
+def test_evaluate_script_writes_metrics_and_table(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "experiments.evaluate", "--model=tiny", "--model_cfg.num_layers=2",
+           "--model_cfg.full_attention_interval=2", "--init=random", f"--workdir={tmp_path}", "--per_family=1",
+           "--families=files", "--samples=2", "--k=1,2", "--max_turns=1", "--max_new_tokens=8", "--max_len=2048",
+           "--jax_cache_dir=" + str(root / ".cache" / "jax")]
+    out = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads((tmp_path / "eval.json").read_text())
+    assert result["all"]["episodes"] == 2 and result["all"]["pass@2"] == 0.0
+    assert set(result["families"]) == {"files"} and result["outcomes"] == {"turn_limit": 2}
+    table = (tmp_path / "eval.txt").read_text()
+    assert table.splitlines()[0].split() == ["family", "pass@1", "pass@2", "strict_success", "process_reward",
+                                             "tasks", "episodes"]
+    assert table in out.stdout
+    from trsi_jax.rollout import load_episodes
+
+    assert len(load_episodes(str(tmp_path / "episodes"))) == 2
