@@ -4,7 +4,6 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 from flax import nnx
