@@ -28,14 +28,18 @@ class Policy(Protocol):
 
 
 class ModelPolicy:
-    """A JAX model sampled with `Sampler`; prompts use the exact tokens of earlier sampled turns."""
+    """A JAX model sampled with `Sampler`; prompts use the exact tokens of earlier sampled turns.
 
-    def __init__(self, model, tokenizer: Tokenizer, sample_cfg: SampleConfig, max_len: int, seed: int = 0):
+    Stops at `<|im_end|>` / `<|endoftext|>` unless `sample_cfg.stop_ids` says otherwise, and never
+    samples ids past the tokenizer's vocab (the model's vocab may be padded)."""
+
+    def __init__(self, model, tokenizer: Tokenizer, sample_cfg: SampleConfig, max_len: int, seed: int = 0,
+                 mesh=None):
         stop = tuple(sample_cfg.stop_ids) or (tokenizer.im_end_id, tokenizer.eos_id)
         self.sample_cfg = dataclasses.replace(sample_cfg, stop_ids=stop,
                                               vocab_limit=sample_cfg.vocab_limit or tokenizer.vocab_size)
         self.tokenizer = tokenizer
-        self.sampler = Sampler(model, max_len, pad_id=tokenizer.pad_id)
+        self.sampler = Sampler(model, max_len, pad_id=tokenizer.pad_id, mesh=mesh)
         self._rng = jax.random.key(seed)
 
     def act(self, conversations, max_new_tokens=None) -> list[Reply]:
