@@ -78,6 +78,7 @@ def test_interrupted_save_leaves_previous_step(tmp_path):
     assert Checkpointer(str(tmp_path / "ck")).latest_step() == 1
 
 
+@pytest.mark.slow
 def test_policy_round_trip_and_reshard(tmp_path, devices8):
     from trsi_jax.models import Qwen
 

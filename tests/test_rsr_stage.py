@@ -95,3 +95,22 @@ def test_rsr_stage_end_to_end_and_resume(tmp_path):
                     show_progress=False)
     assert again == report
     assert stamps == {p: os.path.getmtime(work / p) for p in stamps}
+
+
+@pytest.mark.slow
+def test_rsr_stage_with_model_roles_records_planner_failures(tmp_path):
+    """The policy itself as planner/critic/executor (a random tiny model: it writes no parsable
+    runbook), so every success ends as a recorded planner failure and the policy passes through."""
+    tasks = [load_task(p) for p in build_suite(str(tmp_path / "tasks"), "train", 1, ["files"])]
+    tok = ByteTokenizer()
+    model_cfg = model_preset("tiny_qwen3")
+    cfg = RSRConfig(roles="model", harnesses=("common",), runbooks_per_success=2, revision_rounds=1, replays=1,
+                    max_len=4096, max_new_tokens=8, role_max_new_tokens=8, mesh=MeshConfig(data=1, fsdp=1, tensor=1))
+    report = run_rsr(cfg, model_cfg, str(tmp_path / "rsr"), tasks, tok, collect_policy=ScriptedPolicy(solve, tok),
+                     show_progress=False)
+    assert report["successes"] == 1
+    assert report["runbooks"]["plan_failures"] == 2 and report["runbooks"]["written"] == 0
+    rows = [json.loads(line) for line in open(tmp_path / "rsr" / "runbooks.jsonl")]
+    assert all("planner reply unparsable" in r["history"][0]["reasons"][0] for r in rows)
+    assert report["sft_examples"] == 0 and report["sft"]["steps"] == 0
+    assert restore_policy(str(tmp_path / "rsr" / "checkpoints"), model_cfg) is not None

@@ -90,6 +90,7 @@ def test_eval_batches_count_each_example_once():
     assert sum(int(b["loss_mask_BT"].sum()) for b in batches) == sum(int(e.loss_mask.sum()) for e in exs)
 
 
+@pytest.mark.slow
 def test_loss_falls_on_tiny_model(tmp_path):
     exs = _examples(4)
     model = Qwen(CFG, rngs=nnx.Rngs(0))
@@ -102,6 +103,7 @@ def test_loss_falls_on_tiny_model(tmp_path):
     assert (tmp_path / "checkpoints" / "30").is_dir()  # the end of the run is always checkpointed
 
 
+@pytest.mark.slow
 def test_resume_gives_the_parameters_of_an_uninterrupted_run(tmp_path):
     exs = _examples(8)
     cfg = _sft_cfg()  # 8 micro-steps, accumulation over 2, checkpoints at 3 and 6 (mid-accumulation)

@@ -109,8 +109,8 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
 
     # -- 2+3. plan K runbooks per success, criticise with up to R revisions -----------------
     if cfg.roles == "model":
-        role_policy = model_policy(0.0, cfg.role_max_new_tokens, 2)
-        planner, critic = ModelPlanner(role_policy), ModelCritic(role_policy, cfg.leak_ngram)
+        planner = ModelPlanner(model_policy(cfg.planner_temperature, cfg.role_max_new_tokens, 2))
+        critic = ModelCritic(model_policy(0.0, cfg.role_max_new_tokens, 4), cfg.leak_ngram)
     else:
         planner, critic = DeterministicPlanner(), LeakScanCritic(cfg.leak_ngram)
     runbooks_path = os.path.join(workdir, "runbooks.jsonl")
