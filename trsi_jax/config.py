@@ -244,6 +244,7 @@ class RSRConfig:
     replays: int = 4
     replay_temperature: float = 0.7
     role_max_new_tokens: int = 1024  # planner and critic replies (model roles)
+    planner_temperature: float = 0.7  # K runbooks per success must differ; the critic decodes greedily
     leak_ngram: int = 8
     sft: SFTConfig = SFTConfig()
     mesh: MeshConfig = MeshConfig()
