@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sandboxes.suite.families.common import py_cmd, rng_for, sentence, word
+from sandboxes.suite.families.common import py_cmd, rng_for, word
 from sandboxes.suite.spec import TaskSpec
 
 FAMILY = "debugging"

@@ -56,7 +56,7 @@ def _start(rng: random.Random) -> _Repo:
     return repo
 
 
-def _spec(rng, repo: _Repo, **fields) -> dict:
+def _spec(repo: _Repo, **fields) -> dict:
     return dict(setup=tuple(repo.cmds), env=ENV, **fields)
 
 
@@ -100,7 +100,7 @@ def test_author_right():
 '''
     cmd = (f"cd /app/repo && h=$(git log --reverse --format=%H -S {shlex.quote(line)} -- {target} | head -1) && "
            f"git log -1 --format='%H%n%an' $h > /app/answer.txt")
-    return _spec(rng, repo, template="find_commit", difficulty="medium", instruction=instruction,
+    return _spec(repo, template="find_commit", difficulty="medium", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(LINE=line, TARGET=target, MESSAGE=msg, AUTHOR=author),
                  progress_tests=("test_answer_exists", "test_answer_format"))
@@ -142,7 +142,7 @@ def test_main_unchanged():
     assert git("log", "-1", "--format=%s", "main") == LAST_MESSAGE
     assert PATH not in git("ls-tree", "-r", "--name-only", "main").splitlines()
 '''
-    return _spec(rng, repo, template="feature_branch", difficulty="easy", instruction=instruction,
+    return _spec(repo, template="feature_branch", difficulty="easy", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(BRANCH=branch, PATH=path, CONTENT=content, MESSAGE=msg, N_COMMITS=repo.n,
                                 LAST_MESSAGE=repo.messages[-1]),
@@ -198,7 +198,7 @@ def test_committed_and_clean():
     assert git("show", "main:config/service.ini") + "\n" == GOOD
     assert git("status", "--porcelain") == ""
 '''
-    return _spec(rng, repo, template="revert_commit", difficulty="medium", instruction=instruction,
+    return _spec(repo, template="revert_commit", difficulty="medium", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(MESSAGES=list(repo.messages), GOOD=good, NOTES=notes, LATER=later),
                  progress_tests=("test_settings_restored",))
@@ -251,7 +251,7 @@ def test_clean_tree():
     assert git("status", "--porcelain") == ""
     assert git("show", "main:config/service.ini") + "\n" == EXPECTED
 '''
-    return _spec(rng, repo, template="merge_theirs", difficulty="hard", instruction=instruction,
+    return _spec(repo, template="merge_theirs", difficulty="hard", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(TOPIC=topic, EXPECTED=expected, KEEP={topic_file: topic_text, main_file: main_text}),
                  progress_tests=("test_conflict_resolved", "test_both_sides_kept"))
@@ -301,7 +301,7 @@ def test_committed_clean():
     assert ".gitignore" in files and all(t in files for t in TRACKED)
     assert git("status", "--porcelain") == ""
 '''
-    return _spec(rng, repo, template="untrack_ignored", difficulty="medium", instruction=instruction,
+    return _spec(repo, template="untrack_ignored", difficulty="medium", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(JUNK={k: sha(v) for k, v in junk.items()}, TRACKED=tracked, N_COMMITS=repo.n),
                  progress_tests=("test_not_tracked", "test_ignore_rules"))
@@ -336,7 +336,7 @@ def test_tag_target():
 def test_history_unchanged():
     assert git("log", "--reverse", "--format=%s", "main").splitlines() == MESSAGES
 '''
-    return _spec(rng, repo, template="tag_release", difficulty="easy", instruction=instruction,
+    return _spec(repo, template="tag_release", difficulty="easy", instruction=instruction,
                  oracle_commands=(cmd,), tests=tests,
                  constants=dict(TAG=tag, VERSION=version, MESSAGE=msg, MESSAGES=list(repo.messages)),
                  progress_tests=("test_tag_exists",))

@@ -37,7 +37,9 @@ def _data(rng: random.Random) -> tuple[list, list]:
 
 
 def _init_sql(customers, orders) -> str:
-    q = lambda v: str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"  # noqa: E731
+    def q(v):
+        return str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"
+
     lines = ["CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL);",
              "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), "
              "amount_cents INTEGER NOT NULL, status TEXT NOT NULL, created TEXT NOT NULL);"]

@@ -141,7 +141,7 @@ def _permissions(rng: random.Random) -> dict:
     files.update({f"{site}/public/{p}": f"<h1>{word(rng)}</h1>\n" for p in pages})
     setup = (f"mkdir -p {site}/uploads", f"chmod 644 {site}/bin/*.sh", f"chmod 666 {site}/secrets/*",
              f"chmod 755 {site}/secrets", f"chmod 600 {site}/public/*", f"chmod 700 {site}/uploads")
-    o = lambda m: format(m, "o")  # noqa: E731
+    o = "{:o}".format
     instruction = f"""Fix the file permissions under `/app/{site}` (set exactly these modes):
 
 - every script in `/app/{site}/bin/` (`*.sh`): mode `{o(modes['script'])}`;
@@ -182,7 +182,9 @@ def test_contents_unchanged():
     for rel, digest in DIGESTS.items():
         assert sha(APP / rel) == digest, rel
 '''
-    rel = lambda d, names: [f"{site}/{d}/{n}" for n in names]  # noqa: E731
+    def rel(d, names):
+        return [f"{site}/{d}/{n}" for n in names]
+
     return dict(template="permissions", difficulty="easy", instruction=instruction, files=files, setup=setup,
                 oracle_commands=cmds, tests=tests,
                 constants=dict(SITE=site, MODES=modes, SCRIPTS=rel("bin", scripts), KEYS=rel("secrets", keys),
