@@ -6,6 +6,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -38,11 +40,15 @@ def _fingerprint(spec):
 
 
 def test_deterministic(tmp_path):
+    """Same seeds -> byte-identical folders, also across processes with different string-hash seeds."""
     a = build_suite(str(tmp_path / "a"), "train", 3)
-    b = build_suite(str(tmp_path / "b"), "train", 3)
-    assert [os.path.basename(p) for p in a] == [os.path.basename(p) for p in b]
     assert len(a) == 3 * len(FAMILIES)
-    assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"b{hash_seed}"
+        subprocess.run([sys.executable, "-m", "sandboxes.suite.build", "--out", str(out), "--per_family", "3"],
+                       check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert _tree(tmp_path / "a") == _tree(out)
 
 
 def test_splits_disjoint(tmp_path):
