@@ -53,10 +53,11 @@ def test_runbook_render_parse_round_trip():
 
 def test_deterministic_planner_derives_milestones_checks_pitfalls(task):
     msgs = _conversation(task, [("cat /app/nothing.txt", "cat: /app/nothing.txt: No such file or directory"),
-                                (SORT, ""), ("ls /app/sorted", "csv ini log txt")])
+                                (SORT, ""), ("ls /app/sorted", "csv ini log txt"),
+                                ("grep -c Error /app/sorted/log/*", "0")])  # "Error" only in the echo
     rb = derive_runbook(task, msgs, variant=0)
-    assert [m.command for m in rb.milestones] == [SORT, "ls /app/sorted"]
-    assert rb.milestones[1].observed.endswith("csv ini log txt")
+    assert [m.command for m in rb.milestones] == [SORT, "ls /app/sorted", "grep -c Error /app/sorted/log/*"]
+    assert rb.milestones[1].observed.endswith("csv ini log txt") and len(rb.pitfalls) == 1
     assert any("nothing.txt" in p and "No such file" in p for p in rb.pitfalls)
     assert rb.recovery and SORT.split()[0] in rb.recovery[0]
     assert any("ls /app/sorted" in c for c in rb.checks)

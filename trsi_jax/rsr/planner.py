@@ -61,6 +61,13 @@ def episode_turns(messages: Sequence[dict]) -> list[Turn]:
     return turns
 
 
+def _output_only(turn: Turn) -> str:
+    """The observation without the terminal's echo of the turn's own commands."""
+    echoed = {line.strip() for c in turn.commands for line in c.splitlines() if line.strip()}
+    return "\n".join(ln for ln in turn.observation.splitlines()
+                     if not any(e in ln for e in echoed))
+
+
 def _excerpt(text: str, limit: int = 160) -> str:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("$", "#", ">"))]
     out = " | ".join(lines[:3])
@@ -76,7 +83,7 @@ def derive_runbook(task, messages: Sequence[dict], variant: int = 0) -> Runbook:
     with_observed = variant % 2 == 0
     flat = [(t, c) for t in turns for c in t.commands]
     for idx, (turn, cmd) in enumerate(flat):
-        failed = bool(_ERROR.search(turn.observation)) and cmd == turn.commands[-1]
+        failed = bool(_ERROR.search(_output_only(turn))) and cmd == turn.commands[-1]
         desc = turn.plan if turn.plan and variant < 2 else f"Run `{cmd.splitlines()[0][:80]}`"
         observed = _excerpt(turn.observation) if with_observed and cmd == turn.commands[-1] else ""
         if failed:

@@ -33,7 +33,7 @@ from trsi_jax.rsr.executor import deterministic_executor, replay
 from trsi_jax.rsr.planner import DeterministicPlanner, ModelPlanner
 from trsi_jax.rsr.report import build_report, format_table, write_report
 from trsi_jax.rsr.runbook import from_json, to_json
-from trsi_jax.train.checkpoint import restore_policy, save_model
+from trsi_jax.train.checkpoint import Checkpointer, restore_policy, save_model
 from trsi_jax.train.sft import SFTTrainer, split_eval
 
 
@@ -95,7 +95,7 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
 
     def model_policy(temperature: float, max_new_tokens: int, seed_offset: int) -> ModelPolicy:
         return ModelPolicy(model, tokenizer, SampleConfig(temperature=temperature, max_new_tokens=max_new_tokens),
-                           max_len=cfg.max_len, seed=cfg.seed * 1000 + seed_offset)
+                           max_len=cfg.max_len, seed=cfg.seed * 1000 + seed_offset, mesh=mesh)
 
     # -- 1. collect under every harness -----------------------------------------------------
     collect_dir = os.path.join(workdir, "collect")
@@ -185,7 +185,8 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
                            "no_loss": result.no_loss}
         else:  # nothing to learn from: the policy passes through unchanged
             logging.warning("RSR-%d: no SFT examples; saving the starting policy unchanged", cfg.stage)
-            save_model(ckpt_dir, model, step=0, cfg=model_cfg, metadata={**meta, "note": "no SFT examples"})
+            if Checkpointer(ckpt_dir).latest_step() is None:  # a killed re-run may have saved it already
+                save_model(ckpt_dir, model, step=0, cfg=model_cfg, metadata={**meta, "note": "no SFT examples"})
             sft_summary = {"steps": 0, "note": "no SFT examples; policy unchanged"}
         with open(os.path.join(workdir, "sft.json"), "w") as f:
             json.dump(sft_summary, f)
