@@ -63,7 +63,7 @@ class Checkpointer:
                       if n != METADATA and os.path.isdir(os.path.join(folder, n)) and not n.startswith("_"))
 
     def metadata(self, step: int | None = None) -> dict[str, Any]:
-        step = self._resolve(step)
+        step = self.resolve_step(step)
         out = self._mgr.restore(step, args=ocp.args.Composite(**{METADATA: ocp.args.JsonRestore()}))
         return dict(out[METADATA])
 
@@ -75,7 +75,7 @@ class Checkpointer:
         concrete arrays whose sharding is reused): the item is restored onto those shardings and
         dtypes. Items without a target are returned as NumPy arrays on the host.
         """
-        step = self._resolve(step)
+        step = self.resolve_step(step)
         saved = self.item_names(step)
         targets = dict(targets or {})
         names = list(items) if items is not None else sorted(set(saved) | set(targets))
@@ -100,7 +100,8 @@ class Checkpointer:
         self._mgr.wait_until_finished()
         self._mgr.close()
 
-    def _resolve(self, step: int | None) -> int:
+    def resolve_step(self, step: int | None) -> int:
+        """`step`, or the latest one when None; FileNotFoundError when there is no checkpoint."""
         if step is None:
             step = self.latest_step()
             if step is None:
@@ -151,7 +152,7 @@ def restore_policy(ckpt_dir: str, cfg: ModelConfig, mesh: jax.sharding.Mesh | No
     from trsi_jax.models import Qwen
 
     ckpt = Checkpointer(ckpt_dir, max_to_keep=None)
-    step = ckpt._resolve(step)
+    step = ckpt.resolve_step(step)
     saved_cfg = ckpt.metadata(step).get("model_cfg")
     if saved_cfg is not None:
         mine = dataclasses.asdict(cfg)

@@ -161,7 +161,8 @@ class SFTTrainer:
               stop_after: int | None = None, progress: bool = True) -> SFTResult:
         """Runs to `total_steps` (or until step `stop_after`, to simulate a kill), resuming from
         the latest checkpoint in the workdir. Raises FloatingPointError on a non-finite loss or
-        gradient, naming the step, without checkpointing it."""
+        gradient, naming the step, without checkpointing it. The parameter buffers are donated to
+        the step, so after an exception rebuild the model from the checkpoint."""
         cfg = self.cfg
         data = BucketedBatches(examples, cfg.batch_size, cfg.seed, cfg.max_len, self.pad_id,
                                cfg.pad_multiple, cfg.bucket_window)
