@@ -50,7 +50,7 @@ def _plant(rng: random.Random, good: str, variants: list[tuple[str, str]]) -> tu
 def _task(rng, template, good, variants, fn, example, expect_cli, tests, constants, what,
           progress="test_function_cases") -> dict:
     path = f"/app/{word(rng)}_{template}.py"
-    good = good.replace("FN", fn)
+    good = good.replace("FN", fn).replace("PROG", path)
     variants = [(a.replace("FN", fn), b.replace("FN", fn)) for a, b in variants]
     src, fixed, buggy = _plant(rng, good, variants)
     if isinstance(example, str):
