@@ -62,6 +62,21 @@ def test_hf_tokenizer_from_trained_bpe_folder(tmp_path):
     assert len(tok.encode(CORPUS[2])) < len(CORPUS[2].encode())  # merges learnt: it is really BPE
 
 
+def test_hf_folder_without_tokenizer_json_loads_through_autotokenizer(tmp_path):
+    """A vocab.json + merges.txt folder (no tokenizer.json) encodes like the fast one it came from."""
+    from tokenizers import Tokenizer
+
+    fast = HFTokenizer(str(train_bpe(tmp_path / "fast")))
+    (tmp_path / "slow").mkdir()
+    Tokenizer.from_file(str(tmp_path / "fast" / "tokenizer.json")).model.save(str(tmp_path / "slow"))
+    (tmp_path / "slow" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "additional_special_tokens": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}))
+    slow = load_tokenizer(str(tmp_path / "slow"))
+    assert (slow.im_start_id, slow.im_end_id, slow.eos_id) == (fast.im_start_id, fast.im_end_id, fast.eos_id)
+    for text in CORPUS[:4]:
+        assert slow.encode(text) == fast.encode(text) and slow.decode(slow.encode(text)) == text
+
+
 def test_hf_tokenizer_errors_name_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         HFTokenizer(str(tmp_path / "nowhere"))
