@@ -27,7 +27,7 @@ EPISODES = [_episode("files", 2, True, 1.0, [0.5, 1.0]),
 
 def test_padding_masks_and_outcome_reward_placement():
     batch, stats = episodes_to_batch(EPISODES, ["files", "text"], rl.FamilyStats.init(2),
-                                     reward="spr", kappa=0.5, fdr_beta=0.0, pad_multiple=16)
+                                     reward="spr", kappa=0.5, fdr_beta=0.0, min_len=16)
     assert batch.tokens.shape == (3, 32)
     np.testing.assert_array_equal(batch.mask.sum(1), [15, 20, 10])
     np.testing.assert_array_equal(batch.family_ids, [0, 1, 0])
@@ -43,7 +43,7 @@ def test_padding_masks_and_outcome_reward_placement():
 def test_fdr_rewards_sit_on_turn_ends_and_update_family_stats():
     stats0 = rl.FamilyStats.init(2)
     batch, stats = episodes_to_batch(EPISODES, ["files", "text"], stats0, reward="spr", kappa=0.5,
-                                     fdr_beta=0.1, fdr_clip=3.0, pad_multiple=16)
+                                     fdr_beta=0.1, fdr_clip=3.0, min_len=16)
     fdr = batch.rewards.copy()
     fdr[0, 12] -= 1.0
     fdr[1, 17] -= 0.25

@@ -33,48 +33,51 @@ class PipelineConfig:
 
 
 
-def _small_rsr(stage: int, sft_steps: int, lr: float, **kw) -> RSRConfig:
+def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> RSRConfig:
     return dataclasses.replace(
         rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry"), samples_per_task=1,
-        collect_temperature=0.7, runbooks_per_success=2, replays=2, revision_rounds=2,
-        sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps), batch_size=8,
-                      eval_fraction=0.0, checkpoint_every=sft_steps, log_every=5), **kw)
+        collect_temperature=0.5, runbooks_per_success=2, replays=2, revision_rounds=2,
+        sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps),
+                      batch_size=batch, max_len=episode["max_len"], pad_multiple=1024, eval_fraction=0.0,
+                      checkpoint_every=sft_steps, log_every=5), **episode)
 
 
-def _small_rpr(stage: int, lr: float, **kw) -> RPRConfig:
+def _small_rpr(stage: int, lr: float, updates: int, tasks: int, batch: int, **episode) -> RPRConfig:
     return dataclasses.replace(
-        rpr_stage(stage), samples_per_task=2, ppo=PPOConfig(epochs=1, minibatch_size=8),
+        rpr_stage(stage), updates=updates, tasks_per_update=tasks, samples_per_task=2, temperature=0.7,
+        critic_warmup_updates=1, ppo=PPOConfig(epochs=1, minibatch_size=batch),
         policy_optim=OptimConfig(lr=lr, schedule="constant"),
-        critic_optim=OptimConfig(lr=1e-3, schedule="constant"), **kw)
+        critic_optim=OptimConfig(lr=1e-3, schedule="constant"), **episode)
 
 
-def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_tokens: int, bootstrap_steps: int,
-          rsr_steps: int, rpr_updates: int, tasks_per_update: int) -> PipelineConfig:
-    """The tiny-model pipeline on CPU: every stage at the smallest size that still does its job."""
+def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_tokens: int, batch: int,
+          bootstrap_steps: int, rsr_steps: int, rpr_updates: int, rpr_tasks: int) -> PipelineConfig:
+    """The tiny-model pipeline on CPU: every stage at the smallest size that still does its job.
+    `batch` is the SFT batch and the PPO minibatch (a multiple of the mesh's data*fsdp size); SFT
+    pads to multiples of 1024 tokens so the step compiles for two or three shapes only."""
     episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=3072)
     return PipelineConfig(
         families=families, train_per_family=train, heldout_per_family=heldout, max_len=3072,
         eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, bootstrap_repeats=8,
-        bootstrap=SFTConfig(optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 10, total_steps=bootstrap_steps),
-                            batch_size=8, max_len=3072, eval_fraction=0.0, checkpoint_every=bootstrap_steps,
-                            log_every=5),
-        rsr1=_small_rsr(1, rsr_steps, 1e-3, **episode),
-        rpr1=_small_rpr(1, 1e-4, updates=rpr_updates, tasks_per_update=tasks_per_update,
-                        critic_warmup_updates=1, **episode),
-        rsr2=_small_rsr(2, rsr_steps, 5e-4, **episode),
-        rpr2=_small_rpr(2, 5e-5, updates=rpr_updates, tasks_per_update=tasks_per_update,
-                        critic_warmup_updates=1, **episode),
+        bootstrap=SFTConfig(
+            optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 10, total_steps=bootstrap_steps),
+            batch_size=batch, max_len=3072, pad_multiple=1024, eval_fraction=0.0,
+            checkpoint_every=bootstrap_steps, log_every=5),
+        rsr1=_small_rsr(1, rsr_steps, 1e-3, batch, **episode),
+        rpr1=_small_rpr(1, 1e-4, rpr_updates, rpr_tasks, batch, **episode),
+        rsr2=_small_rsr(2, rsr_steps, 5e-4, batch, **episode),
+        rpr2=_small_rpr(2, 5e-5, rpr_updates, rpr_tasks, batch, **episode),
         mesh=MeshConfig(data=1, fsdp=-1, tensor=1))
 
 
 PIPELINE_PRESETS: dict[str, PipelineConfig] = {
-    # `make demo`: ~10-15 minutes on 2 CPU cores.
-    "demo": _tiny(("files", "text", "data"), train=2, heldout=2, turns=3, new_tokens=192,
-                  bootstrap_steps=60, rsr_steps=20, rpr_updates=3, tasks_per_update=4),
-    # CI smoke test: 2 families, 2 train tasks, 1-2 updates per stage.
-    "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64,
-                bootstrap_steps=4, rsr_steps=2, rpr_updates=2, tasks_per_update=4),
-    # Paper-scale defaults (stage presets as defined in trsi_jax.config).
+    # `make demo`: the tiny model on one CPU device, ~10-15 minutes on 2 cores.
+    "demo": _tiny(("files", "text"), train=2, heldout=2, turns=2, new_tokens=160, batch=4,
+                  bootstrap_steps=40, rsr_steps=10, rpr_updates=2, rpr_tasks=2),
+    # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
+    "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
+                bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4),
+    # Paper-scale defaults (the stage presets of trsi_jax.config).
     "full": PipelineConfig(),
 }
 

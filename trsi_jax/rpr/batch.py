@@ -61,10 +61,10 @@ def outcome_rewards(strict: np.ndarray, partial: np.ndarray, reward: str, kappa:
 
 
 def episodes_to_batch(episodes: Sequence, families: Sequence[str], fdr_stats, *, reward: str = "spr",
-                      kappa: float = 0.5, fdr_beta: float = 0.1, fdr_clip: float = 3.0,
-                      pad_multiple: int = 64):
-    """Returns (RolloutBatch, updated FDR stats). T is the longest episode rounded up to
-    `pad_multiple` (fewer distinct shapes to compile); FDR is skipped when `fdr_beta == 0`."""
+                      kappa: float = 0.5, fdr_beta: float = 0.1, fdr_clip: float = 3.0, min_len: int = 64):
+    """Returns (RolloutBatch, updated FDR stats). T is the longest episode rounded up to a power
+    of two (at least `min_len`), so the PPO steps compile for a handful of shapes per run; FDR is
+    skipped when `fdr_beta == 0`."""
     if not episodes:
         raise ValueError("episodes_to_batch: no episodes")
     for e in episodes:
@@ -72,7 +72,7 @@ def episodes_to_batch(episodes: Sequence, families: Sequence[str], fdr_stats, *,
             raise ValueError(f"episode {e.task_id!r}: tokens/policy_mask/turn_ids lengths differ "
                              f"({len(e.tokens)}, {len(e.policy_mask)}, {len(e.turn_ids)})")
     longest = max(len(e.tokens) for e in episodes)
-    T = max(pad_multiple, -(-longest // pad_multiple) * pad_multiple)
+    T = max(min_len, 1 << (longest - 1).bit_length())
     tokens = _padded([e.tokens for e in episodes], T, np.int32)
     mask = _padded([[1] * len(e.tokens) for e in episodes], T, np.int32)
     policy_mask = _padded([e.policy_mask for e in episodes], T, np.int32)
