@@ -1,6 +1,7 @@
 """A whole RSR stage on two built-in tasks: real sandboxes, deterministic roles, tiny SFT, resume."""
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -95,6 +96,19 @@ def test_rsr_stage_end_to_end_and_resume(tmp_path):
                     show_progress=False)
     assert again == report
     assert stamps == {p: os.path.getmtime(work / p) for p in stamps}
+
+    # Killed during SFT after its step-1 checkpoint: the re-run redoes only SFT, from step 1, and
+    # ends on the same parameters.
+    for p in ("sft.done", "sft.json", "report.json"):
+        os.remove(work / p)
+    shutil.rmtree(work / "checkpoints" / "2")
+    resumed = run_rsr(cfg, model_cfg, str(work), tasks, tok, collect_policy=ScriptedPolicy(solve, tok),
+                      show_progress=False)
+    assert resumed["sft"]["resumed_from"] == 1 and resumed["sft"]["steps"] == 2
+    assert os.path.getmtime(work / "runbooks.jsonl") == stamps["runbooks.jsonl"]
+    again_policy = restore_policy(str(work / "checkpoints"), model_cfg)
+    for a, b in zip(jax.tree.leaves(nnx.state(policy, nnx.Param)), jax.tree.leaves(nnx.state(again_policy, nnx.Param))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 @pytest.mark.slow

@@ -182,7 +182,7 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
             result = trainer.train(train, held, progress=show_progress)
             sft_summary = {"steps": result.step, "train_loss": result.train_loss, "eval_loss": result.eval_loss,
                            "examples": result.examples, "truncated": result.truncated,
-                           "no_loss": result.no_loss}
+                           "no_loss": result.no_loss, "resumed_from": result.resumed_from}
         else:  # nothing to learn from: the policy passes through unchanged
             logging.warning("RSR-%d: no SFT examples; saving the starting policy unchanged", cfg.stage)
             if Checkpointer(ckpt_dir).latest_step() is None:  # a killed re-run may have saved it already
