@@ -1,6 +1,9 @@
 """The bubblewrap backend with real commands: oracle/verifier, terminal, limits and escape attempts."""
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -243,3 +246,19 @@ def test_pytest_summary_parsing():
            b'<testcase name="test_c"><error/></testcase><testcase name="test_d"><skipped/></testcase>'
            b'</testsuite></testsuites>')
     assert parse_junit(xml) == {"test_a": True, "test_b": False, "test_c": False}
+
+
+def test_leftovers_of_a_killed_owner_are_swept(tb2):
+    """A process SIGKILLed mid-episode cannot close its sandbox; the next sandbox removes what it left."""
+    code = ("import sys, time; from trsi_jax.tasks import load_task; from trsi_jax.sandbox import make_sandbox\n"
+            f"sb = make_sandbox(load_task({str(tb2.path)!r})); sb.terminal()\n"
+            "print(sb.root.parent, sb.cgroup.dirs[0] if sb.cgroup else '', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    sandbox_dir, cgroup_dir = child.stdout.readline().split(" ")
+    cgroup_dir = cgroup_dir.strip()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert os.path.isdir(sandbox_dir)
+    with make_sandbox(tb2):
+        assert not os.path.exists(sandbox_dir)
+        assert not cgroup_dir or not os.path.exists(cgroup_dir)

@@ -22,6 +22,20 @@ def _own_paths() -> dict[str, str]:
     return out
 
 
+def owner_alive(pid_text: str) -> bool:
+    """Whether the process named in a `trsi-<pid>-...` resource name still runs (names without a pid
+    count as alive: nothing can tell)."""
+    if not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Cgroup:
     """Child cgroups (one per available controller) that sandbox processes join via `procs_files`."""
 
@@ -37,7 +51,7 @@ class Cgroup:
         """A fresh cgroup capping pids and memory, or None where this machine offers no writable cgroups."""
         own = _own_paths()
         made: list[Path] = []
-        name = f"trsi-{uuid.uuid4().hex[:12]}"
+        name = f"trsi-{os.getpid()}-{uuid.uuid4().hex[:12]}"  # owner pid: see sweep_stale
         try:
             if (_ROOT / "pids").is_dir() and "pids" in own:
                 d = _ROOT / "pids" / own["pids"].lstrip("/") / name
@@ -64,6 +78,17 @@ class Cgroup:
             cls(made).destroy()
             return None
         return cls(made)
+
+    @classmethod
+    def sweep_stale(cls) -> None:
+        """Remove sandbox cgroups whose owning process died without closing them (e.g. SIGKILL)."""
+        for ctrl, path in _own_paths().items():
+            parent = _ROOT / (ctrl or "") / path.lstrip("/") if ctrl in ("pids", "memory", "") else None
+            if parent is None or not parent.is_dir():
+                continue
+            stale = [d for d in parent.glob("trsi-*-*") if not owner_alive(d.name.split("-")[1])]
+            if stale:
+                cls(stale).destroy()
 
     def pids(self) -> list[int]:
         out = set()

@@ -32,7 +32,7 @@ from typing import Callable
 from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
-from trsi_jax.sandbox.cgroup import Cgroup
+from trsi_jax.sandbox.cgroup import Cgroup, owner_alive
 from trsi_jax.sandbox.rootfs import SPECIAL_ENTRIES, SYSTEM_ENTRIES, RootFS, remove, system_binds
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
@@ -45,6 +45,14 @@ BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
 
 
+def _sweep_stale() -> None:
+    """Remove what sandboxes of dead processes (killed before `close`) left: root dirs and cgroups."""
+    for d in Path(tempfile.gettempdir()).glob("trsi-sbx-*-*"):
+        if not owner_alive(d.name.split("-")[2]):
+            shutil.rmtree(d, ignore_errors=True)
+    Cgroup.sweep_stale()
+
+
 class LocalSandbox(Sandbox):
     """A bubblewrap sandbox built from the task's Dockerfile subset (RUN lines run inside it)."""
 
@@ -54,7 +62,8 @@ class LocalSandbox(Sandbox):
                                f"running as uid {os.geteuid()}: use backend='docker' or run as root")
         self.task = task
         self.limits = limits or Limits.for_task(task)
-        self._dir = Path(tempfile.mkdtemp(prefix="trsi-sbx-"))
+        _sweep_stale()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"trsi-sbx-{os.getpid()}-"))  # owner pid: see _sweep_stale
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._terminal = None
