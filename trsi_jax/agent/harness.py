@@ -34,7 +34,6 @@ class Session:
     turns: int = 0
     parse_errors: int = 0
     pending_complete: bool = False
-    completed: bool = False  # the agent confirmed completion and the harness accepted it
     progress: list[float] = dataclasses.field(default_factory=list)  # one entry per turn when probed
     retries: int = 0
     ran_commands: bool = False  # whether the latest turn sent any keystrokes
@@ -99,10 +98,9 @@ class CommonHarness:
             if session.pending_complete:
                 retry = self.on_complete(session)
                 if retry is None:
-                    session.completed = True
                     return None
                 session.pending_complete = False
-                return retry
+                return "\n".join(parts + [retry])
             session.pending_complete = True
             parts.append(CONFIRM)
         else:
