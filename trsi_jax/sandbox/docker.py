@@ -221,6 +221,8 @@ class DockerSandbox(Sandbox):
             code = self.api.exec_inspect(eid)["ExitCode"]
         except docker.errors.APIError as e:
             raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
+        if with_pytest:  # nothing the tests started may outlive them and rewrite their results
+            self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
         timed_out = code is None or (code in (124, 137) and time.monotonic() - start >= timeout_sec)
         return ExecResult(exit_code=-1 if timed_out else code, output=text,
                           timed_out=timed_out, truncated=truncated)

@@ -97,6 +97,8 @@ def verify(sandbox: Sandbox, task: Task) -> VerifyResult:
         sandbox.put_dir(Path(tmp), TESTS_PATH)
     sandbox.put_dir(None, VERIFIER_LOGS)
     res = sandbox.exec(cmd, timeout_sec=task.verifier_timeout_sec, env=PYTEST_ENV, with_pytest=True)
+    # pytest's own junit xml is exact; the -rA summary in the output is the fallback (the output may
+    # also hold text printed by the agent's programs under test, so it is second choice).
     tests = {}
     junit = sandbox.read_file(JUNIT, max_bytes=8 << 20)
     if junit:
