@@ -208,7 +208,7 @@ def rpr_step(cfg: ModelConfig, optim: OptimConfig, mesh: Mesh, rows: int, seq_le
     batch = _batch(mesh, rows, seq_len, ("tokens",),
                    ("mask", "policy_mask", "advantages", "returns", "old_logprobs", "old_values"))
     ref_logp = jax.ShapeDtypeStruct((rows, seq_len), jnp.float32)
-    fwd = (count_flops(lambda p, b: policy_loss(p, b, ref_logp), pol, batch)
+    fwd = (count_flops(policy_loss, pol, batch, ref_logp)
            + count_flops(critic_loss, crit, batch))
     ref_fwd_flops = count_flops(ref_fwd, pol, batch)
     tokens = rows * seq_len
