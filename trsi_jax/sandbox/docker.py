@@ -143,6 +143,7 @@ class DockerSandbox(Sandbox):
         self.client = _client()
         self._terminal: Terminal | None = None
         self._closed = False
+        self._agent_done = False  # set by stop_processes: from then on only the verifier runs
         image = ensure_image(self.client, task)
         try:
             workdir = self.client.images.get(image).attrs["Config"].get("WorkingDir") or task.environment.workdir
@@ -221,7 +222,7 @@ class DockerSandbox(Sandbox):
             code = self.api.exec_inspect(eid)["ExitCode"]
         except docker.errors.APIError as e:
             raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
-        if with_pytest:  # nothing the tests started may outlive them and rewrite their results
+        if with_pytest and self._agent_done:  # nothing the tests started may outlive them and rewrite results
             self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
         timed_out = code is None or (code in (124, 137) and time.monotonic() - start >= timeout_sec)
         return ExecResult(exit_code=-1 if timed_out else code, output=text,
@@ -271,6 +272,7 @@ class DockerSandbox(Sandbox):
             self._terminal = None
         self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
         self._move_to_fresh_container()
+        self._agent_done = True
 
     def _move_to_fresh_container(self) -> None:
         """Carry the agent's files (every top-level entry but the system directories) into a fresh
