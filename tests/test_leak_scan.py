@@ -71,3 +71,23 @@ def test_expected_outputs_absent_from_the_instruction_are_flagged(tasks):
     assert ("expected_output", secret) in {(f.kind, f.span) for f in found}
     # A literal the instruction already states is public and never a literal to flag.
     assert all(lit not in task.instruction for lit in scanner.literals)
+
+
+def test_tb1_task_root_is_public_except_tests_and_solution(tmp_path):
+    """TB1 builds its image from the task root; tests/, run-tests.sh and solution.sh there stay private."""
+    root = tmp_path / "tb1-task"
+    (root / "tests").mkdir(parents=True)
+    (root / "task.yaml").write_text("instruction: Write the word hello into /app/out.txt please.\n"
+                                    "category: files\n")
+    (root / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (root / "run-tests.sh").write_text("#!/bin/bash\npytest $TEST_DIR/test_outputs.py -rA\n")
+    (root / "solution.sh").write_text("#!/bin/bash\nprintf 'hello from the hidden reference answer\\n' > /app/out.txt\n")
+    (root / "tests" / "test_outputs.py").write_text(
+        "def test_out():\n    assert open('/app/out.txt').read() == 'hello from the hidden reference answer\\n'\n")
+    task = load_task(root)
+    scanner = LeakScanner(task)
+    assert "reference answer" not in scanner.public_text and "FROM python" in scanner.public_text
+    found = scanner.scan("then: printf 'hello from the hidden reference answer\\n' > /app/out.txt")
+    assert ("ngram", "solution/solution.sh") in {(f.kind, f.source) for f in found}
+    assert ("expected_output", "tests/test_outputs.py") in {(f.kind, f.source) for f in found}
+    assert scanner.scan(task.instruction) == []

@@ -40,13 +40,16 @@ class Finding:
         return f"{what} {self.source}: {self.span[:120]!r}"
 
 
-def _read_tree(root: Path | None) -> dict[str, str]:
-    """relative path -> text for every regular file under `root` (binary files decoded leniently)."""
+def _read_tree(root: Path | None, exclude: tuple[Path, ...] = ()) -> dict[str, str]:
+    """relative path -> text for every regular file under `root` except those under `exclude`
+    (binary files decoded leniently)."""
     out: dict[str, str] = {}
     if root is None or not root.exists():
         return out
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     for p in files:
+        if any(p.resolve() == e or e in p.resolve().parents for e in exclude):
+            continue
         with open(p, "rb") as f:
             data = f.read(_MAX_FILE_BYTES)
         rel = p.name if root.is_file() else str(p.relative_to(root))
@@ -73,15 +76,17 @@ class LeakScanner:
 
     def __init__(self, task, n: int = 8, min_literal: int = 8):
         self.n, self.min_literal = n, min_literal
+        sol_root = Path(task.solution_path).resolve().parent if task.solution_path else None
+        if sol_root is not None and sol_root == Path(task.path).resolve():  # TB1: solution.sh beside task.yaml
+            sol_root = Path(task.solution_path).resolve()
+        private_paths = tuple(p.resolve() for p in (Path(task.tests_dir), Path(task.test_script), sol_root) if p)
         public = [task.instruction]
         env = task.environment
-        public += _read_tree(Path(env.context_dir)).values() if env.context_dir else []
+        if env.context_dir:  # TB1 builds from the task root, which also holds tests and solution
+            public += _read_tree(Path(env.context_dir), exclude=private_paths).values()
         self.public_text = "\n".join(public)
         public_ngrams = self._ngrams(self.public_text)
         tests = {f"tests/{k}": v for k, v in _read_tree(Path(task.tests_dir)).items()}
-        sol_root = Path(task.solution_path).parent if task.solution_path else None
-        if sol_root is not None and sol_root == Path(task.path):  # TB1: solution.sh next to task.yaml
-            sol_root = Path(task.solution_path)
         solution = {f"solution/{k}": v for k, v in _read_tree(sol_root).items()}
         self.private: dict[tuple[str, ...], str] = {}  # n-gram -> file it comes from
         for name, text in {**tests, **solution}.items():
