@@ -95,7 +95,7 @@ class SFTTrainer:
         shards = math.prod(self.mesh.shape[a] for a in sharding_lib.BATCH_AXES)
         if cfg.batch_size % (shards * jax.process_count()):
             raise ValueError(f"SFTConfig.batch_size={cfg.batch_size} must be a multiple of the mesh's "
-                             f"data*fsdp size {shards}")
+                             f"data*fsdp size {shards} times the process count {jax.process_count()}")
         self.total_steps = cfg.optim.total_steps * cfg.optim.grad_accum
         self.schedule = make_schedule(cfg.optim)
         self.tx = make_optimizer(cfg.optim)
