@@ -192,13 +192,17 @@ class Qwen(nnx.Module):
     def hidden(self, tokens_BT, mask_BT=None):
         return self.model(tokens_BT, mask_BT)[0]
 
-    def prefill(self, tokens_BT, mask_BT, cache: Cache):
+    def prefill(self, tokens_BT, mask_BT, cache: Cache, *, last_only: bool = False):
         """Runs a chunk of tokens through the cache (the prompt, or a continuation).
 
         Pads must be at the left of the first chunk; later chunks should carry no pads (a pad
-        inside a continuation still enters the conv window as a zero input).
+        inside a continuation still enters the conv window as a zero input). `last_only` returns
+        logits_BV of the last position alone: samplers need no B*T*V projection (tens of GB for
+        long 27B prompts).
         """
         h_BTD, cache = self.model(tokens_BT, mask_BT, cache)
+        if last_only:
+            return self._logits(h_BTD[:, -1:])[:, 0], cache
         return self._logits(h_BTD), cache
 
     def decode_step(self, tokens_B, cache: Cache):

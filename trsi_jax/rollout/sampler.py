@@ -71,11 +71,9 @@ def token_logprobs(logits_BV: jax.Array, tokens_B: jax.Array) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))
 def _prefill(graphdef, state, tokens_BT, mask_BT, cache):
-    """Runs the prompt through the cache; logits of the last position only. (`Qwen.prefill` would
-    project every position onto the vocab: B*T*V floats, tens of GB for long 27B prompts.)"""
-    model = nnx.merge(graphdef, state)
-    h_BTD, cache = model.model(tokens_BT, mask_BT, cache)
-    return model._logits(h_BTD[:, -1:])[:, 0].astype(jnp.float32), cache
+    """Runs the prompt through the cache; logits of the last position only."""
+    logits_BV, cache = nnx.merge(graphdef, state).prefill(tokens_BT, mask_BT, cache, last_only=True)
+    return logits_BV.astype(jnp.float32), cache
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg", "pad_id"))
