@@ -4,9 +4,12 @@ The step is built abstractly (no weight is allocated), lowered and compiled for 
 devices, and XLA reports its per-device memory; FLOPs come from the step's jaxpr (scan trip
 counts included) beside XLA's own count and the analytic 6*N*tokens. Run:
 
-    python -m experiments.plan --model=qwen3_8_27b --mesh=fsdp=64 --seq_len=8192 --batch=64 \
+    python -m experiments.plan --model=qwen3_8_27b --mesh=fsdp=64 --seq_len=4096 --batch=64 \
         --stage=sft --chip=v5p
-    python -m experiments.plan --model=qwen3_8_27b --mesh=data=2,fsdp=64,tensor=2 --stage=rpr ...
+    python -m experiments.plan --model=qwen3_8_27b --mesh=data=2,fsdp=32,tensor=4 --seq_len=4096 \
+        --batch=128 --stage=rpr --chip=v5p
+
+The 27B step (scanned layers, full remat) compiles in 2-4 minutes on 2 CPU cores.
 
 `--stage=sft`: one RSR step (policy forward + masked CE + backward + AdamW).
 `--stage=rpr`: one PPO step: reference-policy forward, policy clipped surrogate + KL, critic
@@ -302,7 +305,8 @@ def format_plan(plan: Plan, chip_name: str, chip: Chip, header: str, tokens: int
         header,
         f"  parameters trained: {plan.params / 1e9:.2f}B; tokens per step: {tokens:,}; "
         f"compiled in {plan.compile_s:.0f} s on {plan.devices} fake CPU devices",
-        "  per-device memory (GB; XLA memory_analysis of the compiled step, CPU buffer assignment):",
+        "  per-device memory (GB; XLA memory_analysis of the step compiled for CPU, which runs bf16",
+        "  matmuls in fp32: temporaries are an upper bound for TPU/GPU):",
         f"    parameters (trained)      {kinds.get('params', 0) / GB:8.2f}",
         f"    parameters (frozen ref)   {kinds.get('frozen', 0) / GB:8.2f}",
         f"    optimizer state           {kinds.get('opt', 0) / GB:8.2f}",

@@ -193,3 +193,25 @@ def test_checkpoint_saved_on_one_mesh_restores_onto_another(devices8, tmp_path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(flat_s[name]))
     up = restored["model"]["linear_layers"]["mlp"]["up_proj"]["kernel"]
     assert up.addressable_shards[0].data.shape == (up.shape[0], up.shape[1], up.shape[2] // 4)
+
+
+def test_layout_pins_split_activations_by_batch_and_reduce_scatter_weight_grads(devices8):
+    mesh = sharding.make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+    x = jnp.ones((8, 4, 16))
+    w = jnp.arange(16 * 32, dtype=jnp.float32).reshape(16, 32) / 512.0
+    assert sharding.constrain_batch(x) is x  # no ambient mesh: identity
+    assert sharding.gather_weight("mlp/up_proj/kernel", w) is w
+
+    def loss(w, x):
+        h = sharding.constrain_batch(x) @ sharding.gather_weight("mlp/up_proj/kernel", w)
+        return (h ** 2).sum(), sharding.constrain_batch(h)
+
+    w_sh = NamedSharding(mesh, P("fsdp", "tensor"))
+    with jax.set_mesh(mesh):
+        (value, h), grad = jax.jit(jax.value_and_grad(loss, has_aux=True),
+                                   in_shardings=(w_sh, NamedSharding(mesh, P())))(jax.device_put(w, w_sh), x)
+    assert h.sharding.is_equivalent_to(NamedSharding(mesh, P(("data", "fsdp"))), 3)
+    assert grad.sharding.is_equivalent_to(w_sh, 2)  # the stored split, not the gathered one
+    (ref_value, _), ref_grad = jax.value_and_grad(loss, has_aux=True)(w, x)
+    np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(ref_grad), rtol=1e-5)
