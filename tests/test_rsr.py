@@ -161,3 +161,29 @@ def test_sft_examples_drop_runbook_context_and_keep_clean_replays(task):
     assert len(examples) == 1 and len(dropped) == 3
     enc = encode_chat(clean, TOK)
     assert examples[0]["tokens"] == enc.tokens_T.tolist() and examples[0]["loss_mask"] == enc.policy_mask_T.tolist()
+
+
+def test_model_roles_recursion_passes_critic_reasons_back_to_the_planner(task):
+    """Critic rejects with a reason; the planner's revision prompt carries it; the revision passes."""
+    first = Runbook("goal", (Milestone("sort everything", SORT),))
+    revised = Runbook("goal", (Milestone("sort everything, then list the result", SORT), Milestone("list", "ls /app/sorted")))
+    seen_revision_prompts = []
+
+    def critic_fn(conv):
+        if "then list the result" in conv[-1]["content"]:
+            return '{"verdict": "accept", "reasons": []}'
+        return '{"verdict": "reject", "reasons": ["never checks the result"]}'
+
+    def planner_fn(conv):
+        seen_revision_prompts.append(conv[-1]["content"])
+        return revised.render()
+
+    records = review_with_revision(ModelCritic(ScriptedPolicy(critic_fn, TOK)),
+                                   ModelPlanner(ScriptedPolicy(planner_fn, TOK)),
+                                   [(task, _Ep(task, []), first)], rounds=2)
+    (rec,) = records
+    assert rec["accepted"] and rec["runbook"] == revised
+    assert [h["accept"] for h in rec["history"]] == [False, True]
+    assert rec["history"][0]["reasons"] == ["never checks the result"] and rec["history"][0]["source"] == "model"
+    assert len(seen_revision_prompts) == 1 and "- never checks the result" in seen_revision_prompts[0]
+    assert first.render() in seen_revision_prompts[0]
