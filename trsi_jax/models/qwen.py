@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from trsi_jax import sharding
 from trsi_jax.config import ModelConfig
 from trsi_jax.models.attention import Attention
 from trsi_jax.models.cache import Cache, num_layers_by_kind
@@ -108,7 +109,8 @@ class Backbone(nnx.Module):
         cos, sin = rope_cos_sin(pos_BT, cfg)
         ctx = dict(mask=mask_BT, cos=cos, sin=sin, valid=valid_BS, slots=slots_T, length=length)
 
-        x_BTD = self.embed_tokens(tokens_BT)
+        table = sharding.gather_weight("embed_tokens/embedding", self.embed_tokens.embedding[...])
+        x_BTD = sharding.constrain_batch(jnp.take(table, tokens_BT, axis=0).astype(cfg.dtype))
         x_BTD, layer_caches = self._run_layers(x_BTD, ctx, cache)
         h_BTD = self.norm(x_BTD)
         if cache is None:
@@ -125,7 +127,9 @@ class Backbone(nnx.Module):
         lin_def, lin_state = nnx.split(self.linear_layers) if per_block else (None, None)
 
         def layer(graphdef, state, x, layer_cache):
-            return nnx.merge(graphdef, state)(x, ctx, layer_cache)
+            state = sharding.gather_weights(state)  # FSDP: this layer's weights only
+            x, new_cache = nnx.merge(graphdef, state)(sharding.constrain_batch(x), ctx, layer_cache)
+            return sharding.constrain_batch(x), new_cache
 
         if cfg.remat != "none":
             layer = jax.checkpoint(layer, policy=REMAT_POLICIES[cfg.remat], static_argnums=(0,))
@@ -184,7 +188,9 @@ class Qwen(nnx.Module):
     def _logits(self, h_BTD):
         if self.lm_head is None:
             return self.model.embed_tokens.attend(h_BTD)
-        return self.lm_head(h_BTD)
+        kernel = sharding.gather_weight("lm_head/kernel", self.lm_head.kernel[...])
+        dtype = self.cfg.dtype
+        return jnp.dot(h_BTD.astype(dtype), kernel.astype(dtype))
 
     def __call__(self, tokens_BT, mask_BT=None):
         return self._logits(self.hidden(tokens_BT, mask_BT))
