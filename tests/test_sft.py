@@ -153,7 +153,7 @@ from tests.test_sft import CFG, _examples, _sft_cfg
 from trsi_jax.config import OptimConfig
 from trsi_jax.models import Qwen
 from trsi_jax.train.sft import SFTTrainer
-cfg = _sft_cfg(optim=OptimConfig(lr=1e-2, warmup_steps=1, total_steps=30), checkpoint_every=2)
+cfg = _sft_cfg(optim=OptimConfig(lr=1e-2, warmup_steps=1, total_steps=100), checkpoint_every=2)
 SFTTrainer(Qwen(CFG, rngs=nnx.Rngs(0)), cfg, sys.argv[1]).train(_examples(8), progress=False)
 """
 
@@ -161,26 +161,28 @@ SFTTrainer(Qwen(CFG, rngs=nnx.Rngs(0)), cfg, sys.argv[1]).train(_examples(8), pr
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path):
     """A real kill -9 of a training process; the restarted run ends on the same parameters."""
-    cfg = _sft_cfg(optim=OptimConfig(lr=1e-2, warmup_steps=1, total_steps=30), checkpoint_every=2)
+    cfg = _sft_cfg(optim=OptimConfig(lr=1e-2, warmup_steps=1, total_steps=100), checkpoint_every=2)
     work = tmp_path / "killed"
     env = dict(os.environ)  # same devices and compilation cache as this process
+    log = open(tmp_path / "child.log", "w")  # a file, not a pipe: a full pipe would stall the child
     child = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=ROOT), str(work)], env=env,
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     ckpts = work / "checkpoints"
     deadline = time.time() + 300
     while time.time() < deadline and child.poll() is None:
         if ckpts.is_dir() and any(p.name.isdigit() and int(p.name) >= 4 for p in ckpts.iterdir()):
             break
         time.sleep(0.05)
-    assert child.poll() is None, f"child ended before the kill: {child.stderr.read().decode()[-2000:]}"
+    assert child.poll() is None, f"child ended before the kill: {(tmp_path / 'child.log').read_text()[-2000:]}"
     child.send_signal(signal.SIGKILL)
     child.wait()
+    log.close()
     done = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
-    assert done and done[-1] < 30, done
+    assert done and done[-1] < 100, done
 
     resumed = Qwen(CFG, rngs=nnx.Rngs(0))
     result = SFTTrainer(resumed, cfg, str(work)).train(_examples(8), progress=False)
-    assert result.resumed_from == done[-1] and result.step == 30
+    assert result.resumed_from == done[-1] and result.step == 100
     straight = Qwen(CFG, rngs=nnx.Rngs(0))
     SFTTrainer(straight, cfg, str(tmp_path / "straight")).train(_examples(8), progress=False)
     for x, y in zip(_params(straight), _params(resumed)):
