@@ -39,10 +39,11 @@ def sft_loss(logits_BTV: jax.Array, tokens_BT: jax.Array, loss_mask_BT: jax.Arra
     loss covers exactly the assistant tokens, never the prompt or observations that precede them.
     Returns (loss, {"loss", "tokens"}).
     """
-    logp_BTV = jax.nn.log_softmax(logits_BTV[:, :-1].astype(jnp.float32), axis=-1)
+    z_BTV = logits_BTV[:, :-1].astype(jnp.float32)
     target_BT = tokens_BT[:, 1:]
     w_BT = loss_mask_BT[:, 1:].astype(jnp.float32)
-    nll_BT = -jnp.take_along_axis(logp_BTV, target_BT[..., None], axis=-1)[..., 0]
+    # logsumexp - target logit: no normalised [B, T, V] copy next to the logits (V is 248k).
+    nll_BT = jax.nn.logsumexp(z_BTV, axis=-1) - jnp.take_along_axis(z_BTV, target_BT[..., None], axis=-1)[..., 0]
     count = w_BT.sum()
     loss = (nll_BT * w_BT).sum() / jnp.maximum(count, 1.0)
     return loss, {"loss": loss, "tokens": count}
