@@ -153,7 +153,8 @@ class SFTTrainer:
     def evaluate(self, batches: Sequence[dict[str, np.ndarray]]) -> float:
         total, count = 0.0, 0.0
         for batch in batches:
-            m = jax.device_get(self._eval_fn(self.params, self.rest, self._put(batch)))
+            with jax.set_mesh(self.mesh):  # activates the model's FSDP hooks while tracing
+                m = jax.device_get(self._eval_fn(self.params, self.rest, self._put(batch)))
             total += float(m["loss"]) * float(m["tokens"])
             count += float(m["tokens"])
         return total / max(count, 1.0)
@@ -179,8 +180,9 @@ class SFTTrainer:
                    disable=not progress, dynamic_ncols=True)
         try:
             for step in bar:
-                self.params, self.opt_state, metrics = self._step_fn(
-                    self.params, self.rest, self.opt_state, self._put(data.batch(step)))
+                with jax.set_mesh(self.mesh):  # activates the model's FSDP hooks while tracing
+                    self.params, self.opt_state, metrics = self._step_fn(
+                        self.params, self.rest, self.opt_state, self._put(data.batch(step)))
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
                     raise FloatingPointError(
