@@ -108,7 +108,10 @@ class PPOLearner:
             if ref_def != self.policy_def:
                 raise ValueError("the reference policy must have the policy's architecture")
         rows = sharding.batch_sharding(mesh, 2)
-        self._score = jax.jit(self._score_fn)
+        # One model per program: XLA:CPU was seen to hang running two long-sequence forwards
+        # (blocked attention loops) side by side in one executable.
+        self._logprobs = jax.jit(self._logprobs_fn)
+        self._values = jax.jit(self._values_fn)
         self._policy_step = jax.jit(
             functools.partial(_step, self._policy_loss, self.policy_tx, "policy"),
             in_shardings=(p_sh, pr_sh, self.shardings["policy_opt"], rows),
@@ -161,17 +164,12 @@ class PPOLearner:
 
     # -- pure functions (jitted) ----------------------------------------------------------------
 
-    def _score_fn(self, policy_params, critic_params, ref_params, mb):
-        """Old log-probs, old values (and reference log-probs) of one minibatch, no gradients."""
-        tokens, mask = mb["tokens"], mb["mask"]
-        policy = nnx.merge(self.policy_def, policy_params, self.policy_rest)
-        critic = nnx.merge(self.critic_def, critic_params, self.critic_rest)
-        out = {"old_logprobs": token_logprobs(policy(tokens, mask), tokens),
-               "old_values": action_values(critic(tokens, mask))}
-        if ref_params is not None:
-            ref = nnx.merge(self.policy_def, ref_params, self.ref_rest)
-            out["ref_logprobs"] = token_logprobs(ref(tokens, mask), tokens)
-        return out
+    def _logprobs_fn(self, params, rest, mb):
+        """Log-probs of one minibatch's tokens under a policy, no gradients."""
+        return token_logprobs(nnx.merge(self.policy_def, params, rest)(mb["tokens"], mb["mask"]), mb["tokens"])
+
+    def _values_fn(self, params, rest, mb):
+        return action_values(nnx.merge(self.critic_def, params, rest)(mb["tokens"], mb["mask"]))
 
     def _policy_loss(self, params, rest, mb):
         cfg = self.cfg
@@ -219,8 +217,11 @@ class PPOLearner:
         parts = []
         for idx in self._minibatches(batch["tokens"].shape[0], None):
             mb = self._put({k: batch[k][idx] for k in ("tokens", "mask")})
-            parts.append(jax.device_get(self._score(self.policy_params, self.critic_params,
-                                                    self.ref_params, mb)))
+            out = {"old_logprobs": self._logprobs(self.policy_params, self.policy_rest, mb),
+                   "old_values": self._values(self.critic_params, self.critic_rest, mb)}
+            if self.ref_params is not None:
+                out["ref_logprobs"] = self._logprobs(self.ref_params, self.ref_rest, mb)
+            parts.append(jax.device_get(out))
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def update(self, batch: dict[str, np.ndarray], seed: int, *, train_policy: bool) -> dict[str, float]:
