@@ -144,3 +144,19 @@ def test_bad_configs_are_refused(devices8):
         PPOLearner(policy, Critic.from_policy(policy), C.PPOConfig(kl_coef=0.1, minibatch_size=8), OPT, OPT, mesh)
     with pytest.raises(ValueError, match="minibatch_size=4 must be a multiple"):
         PPOLearner(policy, Critic.from_policy(policy), C.PPOConfig(minibatch_size=4), OPT, OPT, mesh)
+
+
+@pytest.mark.slow
+def test_reference_kl_is_scored_and_penalised(devices8):
+    """With kl_coef > 0 the frozen reference's log-probs enter the batch; at the start they equal
+    the policy's (same weights), and after a policy step the k3 KL is positive."""
+    mesh = make_mesh(C.MeshConfig(data=1, fsdp=8, tensor=1))
+    policy = _policy()
+    ppo = C.PPOConfig(minibatch_size=8, epochs=2, kl_coef=0.5, kl_kind="k3", whiten_advantages=False)
+    learner = PPOLearner(policy, Critic.from_policy(policy), ppo, OPT, OPT, mesh, reference=_policy())
+    batch = _batch(2)
+    scored = learner.score(batch)
+    np.testing.assert_array_equal(scored["ref_logprobs"], scored["old_logprobs"])
+    batch.update(scored)
+    metrics = learner.update(batch, seed=0, train_policy=True)
+    assert metrics["policy/ref_kl"] > 0 and np.isfinite(metrics["policy/loss"])
