@@ -16,7 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _run(workdir):
     cmd = [sys.executable, "-m", "experiments.pipeline", "--model=tiny", "--preset=ci", f"--workdir={workdir}",
            f"--jax_cache_dir={os.path.join(ROOT, '.cache', 'jax')}", "--pipeline.families=files,text"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    # One CPU device, as `make demo` runs (the 8 fake devices of conftest are for mesh tests).
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
+        "--xla_force_host_platform_device_count=8", "").strip())
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     return out
 

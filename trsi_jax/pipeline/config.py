@@ -36,7 +36,7 @@ class PipelineConfig:
 def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> RSRConfig:
     return dataclasses.replace(
         rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry"), samples_per_task=1,
-        collect_temperature=0.5, runbooks_per_success=2, replays=2, revision_rounds=2,
+        collect_temperature=0.3, runbooks_per_success=2, replays=2, revision_rounds=2,
         sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps),
                       batch_size=batch, max_len=episode["max_len"], pad_multiple=1024, eval_fraction=0.0,
                       checkpoint_every=sft_steps, log_every=5), **episode)
@@ -60,7 +60,7 @@ def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_t
         families=families, train_per_family=train, heldout_per_family=heldout, max_len=3072,
         eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, bootstrap_repeats=8,
         bootstrap=SFTConfig(
-            optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 10, total_steps=bootstrap_steps),
+            optim=OptimConfig(lr=5e-3, warmup_steps=bootstrap_steps // 10, total_steps=bootstrap_steps),
             batch_size=batch, max_len=3072, pad_multiple=1024, eval_fraction=0.0,
             checkpoint_every=bootstrap_steps, log_every=5),
         rsr1=_small_rsr(1, rsr_steps, 1e-3, batch, **episode),
@@ -72,8 +72,8 @@ def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_t
 
 PIPELINE_PRESETS: dict[str, PipelineConfig] = {
     # `make demo`: the tiny model on one CPU device, ~10-15 minutes on 2 cores.
-    "demo": _tiny(("files", "text"), train=2, heldout=2, turns=2, new_tokens=160, batch=4,
-                  bootstrap_steps=40, rsr_steps=10, rpr_updates=2, rpr_tasks=2),
+    "demo": _tiny(("files", "text"), train=2, heldout=2, turns=2, new_tokens=768, batch=4,
+                  bootstrap_steps=120, rsr_steps=10, rpr_updates=2, rpr_tasks=2),
     # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
     "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
                 bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4),
