@@ -28,7 +28,7 @@ def test_pipeline_runs_five_stages_and_resumes(tmp_path):
     workdir = tmp_path / "demo"
     out = _run(workdir)
     report = json.loads((workdir / "report.json").read_text())
-    assert list(report["eval"]) == list(STAGES)
+    assert set(report["eval"]) == set(STAGES)
     for stage in STAGES:
         assert (workdir / stage / "stage.done.json").exists(), stage
         ev = report["eval"][stage]
