@@ -25,22 +25,13 @@ from trsi_jax.models import Qwen
 from trsi_jax.pipeline.bootstrap import bootstrap
 from trsi_jax.pipeline.config import PipelineConfig
 from trsi_jax.pipeline.evaluate import evaluate_policy, format_table
-from trsi_jax.rpr.handoff import checkpoint_source, load_policy, read_handoff, write_handoff
+from trsi_jax.rpr.handoff import checkpoint_source, load_policy, read_handoff, write_handoff, write_json
 from trsi_jax.rpr.stage import CHECKPOINTS, run_rpr
 from trsi_jax.sharding import make_mesh
 
 STAGES = ("base", "rsr-1", "rpr-1", "rsr-2", "rpr-2")
 DONE = "stage.done.json"
 EVAL = "eval.json"
-
-
-def _json_write(path: str, obj: Any) -> None:
-    if jax.process_index() != 0:
-        return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, path)
 
 
 def _json_read(path: str) -> Any | None:
@@ -105,7 +96,7 @@ class Pipeline:
         start = time.perf_counter()
         logging.info("pipeline: %s starting", stage)
         summary = dict(fn(), seconds=time.perf_counter() - start)
-        _json_write(path, summary)
+        write_json(path, summary)
         return summary
 
     def _base(self) -> dict:
@@ -147,7 +138,7 @@ class Pipeline:
                                  max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len,
                                  backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress)
         result["checkpoint"] = source
-        _json_write(path, result)
+        write_json(path, result)
         return result
 
     def run(self) -> dict[str, Any]:
@@ -166,7 +157,7 @@ class Pipeline:
             logging.info("pipeline: %s held-out %s", stage, json.dumps(evals[stage]["all"]))
         table = format_table(evals)
         report = {"stages": stages, "eval": evals, "table": table, "handoff": read_handoff(self.workdir)}
-        _json_write(os.path.join(self.workdir, "report.json"), report)
+        write_json(os.path.join(self.workdir, "report.json"), report)
         if jax.process_index() == 0:
             with open(os.path.join(self.workdir, "report.md"), "w") as f:
                 f.write("Held-out evaluation per stage\n\n```\n" + table + "\n```\n")

@@ -29,17 +29,20 @@ def read_handoff(workdir: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def write_handoff(workdir: str, stage: str, record: dict[str, Any]) -> None:
-    """Adds/replaces `stage`'s record in `workdir/handoff.json` (atomic rename)."""
+def write_json(path: str, obj: Any) -> None:
+    """Writes `obj` as JSON to `path` by atomic rename; only process 0 writes."""
     if jax.process_index() != 0:
         return
-    records = read_handoff(workdir)
-    records[stage] = record
-    os.makedirs(workdir, exist_ok=True)
-    tmp = os.path.join(workdir, HANDOFF + ".tmp")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(records, f, indent=2, sort_keys=True)
-    os.replace(tmp, os.path.join(workdir, HANDOFF))
+        json.dump(obj, f, indent=2, sort_keys=True, default=str)
+    os.replace(tmp, path)
+
+
+def write_handoff(workdir: str, stage: str, record: dict[str, Any]) -> None:
+    """Adds/replaces `stage`'s record in `workdir/handoff.json`."""
+    write_json(os.path.join(workdir, HANDOFF), {**read_handoff(workdir), stage: record})
 
 
 def checkpoint_source(ckpt_dir: str, items: tuple[str, ...]) -> dict[str, Any]:
