@@ -4,7 +4,8 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 import trsi_jax  # noqa: E402,F401  (sets the XLA:CPU scheduler flag before jax starts)
-_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache", "jax")
+# Shared with the experiments (`--jax_cache_dir` default): survives fresh clones on one machine.
+_CACHE = os.path.expanduser("~/.cache/trsi_jax/jax")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
