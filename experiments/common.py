@@ -36,6 +36,27 @@ def define_runtime_flags() -> None:
     define_config_flags("model_cfg", config_lib.ModelConfig)
 
 
+def define_task_flags() -> None:
+    flags.DEFINE_string("tasks_dir", None, "Terminal-Bench task folders; default: the built-in suite's train split")
+    flags.DEFINE_integer("per_family", 4, "built-in suite: training tasks per family")
+    flags.DEFINE_list("families", [], "built-in suite: families to use (default: all)")
+
+
+def train_tasks(workdir: str) -> list:
+    """Tasks from --tasks_dir (rejected folders logged with their reason), else the built-in
+    suite's train split written under the workdir."""
+    from trsi_jax.tasks import load_tasks
+
+    if FLAGS.tasks_dir is None:
+        from trsi_jax.pipeline.run import built_in_tasks
+
+        return built_in_tasks(os.path.join(workdir, "tasks"), "train", FLAGS.per_family, FLAGS.families or None)
+    tasks, rejected = load_tasks(FLAGS.tasks_dir)
+    for path, reason in rejected:
+        logging.warning("skipping task %s: %s", path, reason)
+    return tasks
+
+
 def model_config_from_flags() -> config_lib.ModelConfig:
     return config_from_flags("model_cfg", config_lib.model_preset(FLAGS.model))
 

@@ -12,38 +12,22 @@ Re-running with the same workdir skips finished phases and resumes SFT from its 
 """
 from __future__ import annotations
 
-import os
-
 from absl import app, flags, logging
 
 from experiments import common
 from trsi_jax.config import RSRConfig, rsr_stage
 from trsi_jax.rollout import load_tokenizer
-from trsi_jax.tasks import load_tasks
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("stage", 1, "RSR stage: 1 or 2 (selects the stage preset)")
 flags.DEFINE_string("init_checkpoint", None, "previous stage's checkpoint folder (policy); none = random init")
 flags.DEFINE_enum("roles", None, ["model", "deterministic"],
                   "planner/critic/executor implementation (default: the preset's, deterministic)")
-flags.DEFINE_string("tasks_dir", None, "Terminal-Bench task folders; default: the built-in suite's train split")
-flags.DEFINE_integer("per_family", 4, "built-in suite: training tasks per family")
-flags.DEFINE_list("families", [], "built-in suite: families to use (default: all)")
+common.define_task_flags()
 flags.DEFINE_string("tokenizer", "byte", "'byte' or an HF tokenizer folder")
 common.define_runtime_flags()
 common.define_config_flags("rsr", RSRConfig)
 
-
-def train_tasks(workdir: str):
-    """Tasks from --tasks_dir, else the built-in suite's train split written under the workdir."""
-    if FLAGS.tasks_dir is None:
-        from trsi_jax.pipeline.run import built_in_tasks
-
-        return built_in_tasks(os.path.join(workdir, "tasks"), "train", FLAGS.per_family, FLAGS.families or None)
-    tasks, rejected = load_tasks(FLAGS.tasks_dir)
-    for path, reason in rejected:
-        logging.warning("skipping task %s: %s", path, reason)
-    return tasks
 
 
 def main(argv):
@@ -55,7 +39,7 @@ def main(argv):
     cfg = common.config_from_flags("rsr", rsr_stage(FLAGS.stage))
     if FLAGS.roles is not None:
         cfg = override(cfg, {"roles": FLAGS.roles})
-    report = run_rsr(cfg, common.model_config_from_flags(), FLAGS.workdir, train_tasks(FLAGS.workdir),
+    report = run_rsr(cfg, common.model_config_from_flags(), FLAGS.workdir, common.train_tasks(FLAGS.workdir),
                      load_tokenizer(FLAGS.tokenizer), init_checkpoint=FLAGS.init_checkpoint)
     logging.info("RSR-%d done: %d SFT examples, policy in %s", cfg.stage, report["sft_examples"],
                  report["checkpoint_dir"])
