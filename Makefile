@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test system-demo system-test clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -20,13 +20,19 @@ $(VENV)/.installed-test: setup.py $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
+# System packages (bubblewrap, tmux, docker, ...): installed as root, else the exact command is printed.
+system-demo:
+	bash scripts/setup_system.sh demo
+system-test:
+	bash scripts/setup_system.sh test
+
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
-demo: install
+demo: system-demo install
 	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --model=tiny --workdir=runs/demo
 
 # The whole test suite, slow tests included.
-test: install-test
-	$(PY) -m pytest tests
+test: system-test install-test
+	$(PY) -m pytest tests; rc=$$?; [ $$rc -ne 5 ] || echo "make test: pytest collected no tests"; exit $$rc
 
 clean:
 	rm -rf runs .cache .pytest_cache
