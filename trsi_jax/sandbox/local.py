@@ -42,6 +42,8 @@ CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
         "CAP_NET_BIND_SERVICE")
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
             "LANG": "C.UTF-8", "TERM": "xterm-256color", "USER": "root", "SHELL": "/bin/bash"}
+# Host programs the backend runs: bubblewrap for every command, tmux for the terminal.
+HOST_TOOLS = (("bwrap", "bubblewrap"), ("tmux", "tmux"))
 PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
 
 
@@ -60,6 +62,10 @@ class LocalSandbox(Sandbox):
         if os.geteuid() != 0:
             raise SandboxError(f"the local backend needs root (bubblewrap with capability control and cgroups); "
                                f"running as uid {os.geteuid()}: use backend='docker' or run as root")
+        missing = [f"{tool} (Debian package {pkg})" for tool, pkg in HOST_TOOLS if shutil.which(tool) is None]
+        if missing:
+            raise SandboxError(f"the local backend needs {', '.join(missing)} on the host; install with "
+                               f"`bash scripts/setup_system.sh demo` (as root) or use backend='docker'")
         self.task = task
         self.limits = limits or Limits.for_task(task)
         _sweep_stale()
