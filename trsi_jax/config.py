@@ -113,9 +113,10 @@ class SFTConfig:
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # Qwen3.8-27B: same text architecture as Qwen3.5/3.6-27B (26.9B text parameters).
     "qwen3_8_27b": ModelConfig(dtype="bfloat16", param_dtype="bfloat16", remat="full"),
-    # The embedded default: runs on a CPU laptop; vocab fits the built-in byte tokenizer.
+    # The embedded default: runs on a CPU laptop; vocab fits the shipped 1024-token BPE
+    # (trsi_jax/assets/tiny_tokenizer) and the built-in byte tokenizer.
     "tiny": ModelConfig(
-        vocab_size=384, hidden_size=64, num_layers=4, intermediate_size=128,
+        vocab_size=1024, hidden_size=64, num_layers=4, intermediate_size=128,
         num_heads=4, num_kv_heads=2, head_dim=16,
         linear_num_key_heads=2, linear_num_value_heads=4,
         linear_key_head_dim=16, linear_value_head_dim=16),
