@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build the local Docker base image trsi/base:bookworm (no registry needed):
-# debootstrap a minimal Debian bookworm rootfs with python3, pytest, tmux, git, sqlite3,
-# coreutils and procps, then `docker import` it. Idempotent: exits at once if the image exists.
-# Usage: build_base_image.sh [--force]   (env TRSI_BASE_IMAGE, TRSI_DEBIAN_MIRROR override defaults)
+# Build a local Docker base image trsi/base:<suite> (no registry needed; default suite bookworm):
+# debootstrap a minimal Debian rootfs with python3, pytest, tmux, git, sqlite3, coreutils and
+# procps, then `docker import` it. Idempotent: exits at once if the image exists.
+# Usage: build_base_image.sh [--force]
+#   env TRSI_SUITE (bookworm | trixie | bullseye ...), TRSI_BASE_IMAGE, TRSI_DEBIAN_MIRROR override defaults
 set -euo pipefail
-IMAGE="${TRSI_BASE_IMAGE:-trsi/base:bookworm}"
+SUITE="${TRSI_SUITE:-bookworm}"
+IMAGE="${TRSI_BASE_IMAGE:-trsi/base:$SUITE}"
 MIRROR="${TRSI_DEBIAN_MIRROR:-}"
 PACKAGES="python3,python3-pytest,tmux,git,sqlite3,coreutils,procps,ca-certificates,less,file"
 
@@ -22,8 +24,8 @@ command -v debootstrap >/dev/null || { echo "build_base_image: debootstrap missi
 
 ROOT=$(mktemp -d /tmp/trsi-rootfs.XXXXXX)
 trap 'rm -rf "$ROOT"' EXIT
-echo "build_base_image: debootstrap bookworm from $MIRROR into $ROOT"
-debootstrap --variant=minbase --include="$PACKAGES" bookworm "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || {
+echo "build_base_image: debootstrap $SUITE from $MIRROR into $ROOT"
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || {
   tail -30 "$ROOT.log" >&2; echo "build_base_image: debootstrap failed (log $ROOT.log)" >&2; exit 1; }
 rm -f "$ROOT.log"
 # Slim the image: apt caches and docs are not needed inside task containers.

@@ -5,7 +5,8 @@ files it changed outside the system directories move into a fresh container of t
 verifier never runs a /usr the agent (root in its container) could have altered.
 
 No registry is reachable here, so FROM images are mapped to local ones (sandboxes/docker/from_images.txt,
-built by sandboxes/docker/build_base_image.sh).
+built by sandboxes/docker/build_images.sh). Builds use the machine's network and package sources
+(apt, pip); the containers an episode runs in have none unless the task allows internet.
 """
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
+from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
+# A build may download and compile for long (pip wheels, toolchains); past this it is reported as failed.
+DOCKER_BUILD_TIMEOUT_SEC = 3600
 FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_images.txt"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
 RUN_DIR = "/run/trsi"
@@ -78,16 +81,9 @@ def _client():
 
 
 def _build_context(task: Task, rules) -> tuple[bytes, str]:
-    """(tar of the filtered context + the Dockerfile with FROM mapped, content hash)."""
+    """(tar of the filtered context + the Dockerfile with FROM/COPY --from images mapped, content hash)."""
     env = task.environment
-    spec = dfile.parse_dockerfile(env.dockerfile)
-    mapped = map_image(spec.base_image, rules)
-    lines = env.dockerfile.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().upper().startswith("FROM "):
-            lines[i] = f"FROM {mapped}"
-            break
-    text = "\n".join(lines) + "\n"
+    text = dfile.map_images(env.dockerfile, lambda image: map_image(image, rules))
     digest = hashlib.sha256(text.encode())
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -106,9 +102,33 @@ def _build_context(task: Task, rules) -> tuple[bytes, str]:
     return buf.getvalue(), digest.hexdigest()[:16]
 
 
-def ensure_image(client, task: Task, rules=None) -> str:
-    """Tag of the task's image, built once per content hash (legacy builder, no network)."""
+def _missing_images(client, text: str) -> list[str]:
+    """Mapped base images (FROM / COPY --from) the Dockerfile needs that are not present locally."""
     import docker  # noqa: PLC0415
+    stages, needed = set(), []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].upper() == "FROM":
+            if words[1] not in stages and words[1].lower() != "scratch":
+                needed.append(words[1])
+            if len(words) == 4:
+                stages.add(words[3])
+        needed += [w[len("--from="):] for w in words[1:] if w.startswith("--from=")
+                   and w[len("--from="):] not in stages and not w[len("--from="):].isdigit()]
+    missing = []
+    for image in dict.fromkeys(needed):
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            missing.append(image)
+    return missing
+
+
+def ensure_image(client, task: Task, rules=None) -> str:
+    """Tag of the task's image, built once per content hash (legacy builder; the build may use the
+    machine's network and package sources, the containers run without)."""
+    import docker  # noqa: PLC0415
+    import requests  # noqa: PLC0415 (the docker SDK's transport)
     rules = load_from_map() if rules is None else rules
     if task.environment.dockerfile is None:
         return map_image(task.environment.docker_image, rules)
@@ -122,14 +142,21 @@ def ensure_image(client, task: Task, rules=None) -> str:
         return tag
     except docker.errors.ImageNotFound:
         pass
+    missing = _missing_images(client, dfile.map_images(task.environment.dockerfile, lambda i: map_image(i, rules)))
+    if missing:
+        raise SandboxError(f"{task.environment.dockerfile}: base image(s) {', '.join(missing)} not present locally "
+                           f"(no registry here): run sandboxes/docker/build_images.sh, or map them in {FROM_MAP}")
     try:
         client.images.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True,
-                            pull=False, network_mode="none", timeout=BUILD_TIMEOUT_SEC)
+                            pull=False, network_mode="bridge", timeout=DOCKER_BUILD_TIMEOUT_SEC)
     except docker.errors.BuildError as e:
         log = "".join(x.get("stream", "") or x.get("error", "") for x in e.build_log)[-2000:]
         raise SandboxError(f"{task.environment.dockerfile}: docker build failed: {e.msg}\n{log}") from None
     except docker.errors.APIError as e:
         raise SandboxError(f"{task.environment.dockerfile}: docker build failed: {e}") from None
+    except requests.exceptions.RequestException as e:  # the engine did not answer within the timeout
+        raise SandboxError(f"{task.environment.dockerfile}: docker build did not finish in "
+                           f"{DOCKER_BUILD_TIMEOUT_SEC} s ({type(e).__name__})") from None
     return tag
 
 
@@ -149,7 +176,7 @@ class DockerSandbox(Sandbox):
             workdir = self.client.images.get(image).attrs["Config"].get("WorkingDir") or task.environment.workdir
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {image} not found locally (no registry here): map it in {FROM_MAP} "
-                               "or build it (sandboxes/docker/build_base_image.sh)") from None
+                               "or build it (sandboxes/docker/build_images.sh)") from None
         self.workdir = workdir
         self.image = image
         self.container = None

@@ -1,21 +1,28 @@
 """The Dockerfile subset task environments may use, parsed into steps a backend can replay.
 
-Supported: FROM, WORKDIR, ENV, ARG (build-time variables), COPY/ADD (local sources only), RUN
-(shell or JSON form). Ignored (no effect on a task's files): LABEL, MAINTAINER, EXPOSE, CMD,
-ENTRYPOINT, VOLUME, HEALTHCHECK, STOPSIGNAL, SHELL, USER. Anything else is an error naming the line.
+Supported: FROM (one stage; `--platform` only when it names this host's platform), WORKDIR, ENV,
+ARG (build-time variables), COPY/ADD (local sources only), RUN (shell or JSON form). Ignored (no
+effect on a task's files): LABEL, MAINTAINER, EXPOSE, CMD, ENTRYPOINT, VOLUME, HEALTHCHECK,
+STOPSIGNAL, SHELL, USER. Anything else is an error naming the line. The docker backend hands the
+file to the Docker engine (multi-stage builds and `COPY --from` included) after `map_images`.
 """
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
 import json
+import platform
+import posixpath
 import re
 import shlex
 from pathlib import Path
+from typing import Callable
 
 IGNORED = {"LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "VOLUME", "HEALTHCHECK", "STOPSIGNAL", "SHELL", "USER"}
-# Files of the task folder that must never reach the environment (TB1 uses the task folder as context).
+# Files of the task folder that must never reach the environment. Only TB1 uses the task folder
+# itself as build context; TB2's environment/ holds no such files, so there the names are ordinary.
 PRIVATE_NAMES = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh", "task.yaml", "task.toml")
+TASK_SPECS = ("task.yaml", "task.toml")
 
 
 class DockerfileError(ValueError):
@@ -124,11 +131,9 @@ def parse_dockerfile(path: Path, build_args: dict[str, str] | None = None) -> Do
             raise _err(path, line, f"{op} heredocs are not supported")
         if op == "FROM":
             if base is not None:
-                raise _err(path, line, "multi-stage builds (a second FROM) are not supported")
-            parts = rest.split()
-            if not parts or any(p.startswith("--") for p in parts):
-                raise _err(path, line, f"FROM: expected an image name, got {rest!r}")
-            base = substitute(parts[0], scope)
+                raise _err(path, line, "multi-stage builds (a second FROM) are not supported by the local "
+                                       "backend; use --backend=docker")
+            base, _ = parse_from(rest, scope, path, line)
         elif base is None and op != "ARG":
             raise _err(path, line, f"{op} before FROM")
         elif op == "ARG":
@@ -165,6 +170,59 @@ def parse_dockerfile(path: Path, build_args: dict[str, str] | None = None) -> Do
     return DockerfileSpec(path=path, base_image=base, steps=tuple(steps))
 
 
+def host_platform() -> str:
+    """This machine's platform as Docker names it (linux/amd64, linux/arm64)."""
+    arch = platform.machine().lower()
+    return "linux/" + {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm/v7"}.get(arch, arch)
+
+
+def parse_from(rest: str, scope: dict, path: Path, line: int) -> tuple[str, str | None]:
+    """`[--platform=P] image [AS name]` -> (image, stage name). A platform other than the host's is
+    an error (nothing here emulates another architecture)."""
+    parts = rest.split()
+    flags = [p for p in parts if p.startswith("--")]
+    words = [p for p in parts if not p.startswith("--")]
+    for f in flags:
+        name, _, value = f.partition("=")
+        if name != "--platform":
+            raise _err(path, line, f"FROM flag {name} is not supported (only --platform)")
+        value = substitute(value, {"BUILDPLATFORM": host_platform(), "TARGETPLATFORM": host_platform(), **scope})
+        if value.split("/")[:2] != host_platform().split("/")[:2]:
+            raise _err(path, line, f"FROM --platform={value}: only this host's platform ({host_platform()}) "
+                                   "can be built here")
+    if len(words) == 3 and words[1].upper() == "AS":
+        return substitute(words[0], scope), words[2]
+    if len(words) != 1:
+        raise _err(path, line, f"FROM: expected `image [AS name]`, got {rest!r}")
+    return substitute(words[0], scope), None
+
+
+def map_images(path: Path, mapper: Callable[[str], str]) -> str:
+    """The Dockerfile's text for the Docker engine: every FROM image and `COPY --from=<image>` passed
+    through `mapper` (the local stand-ins), `--platform` checked and dropped; stage names kept."""
+    path = Path(path)
+    raw = path.read_text().splitlines()
+    scope, stages, seen_from = {}, set(), False
+    for line, inst in _logical_lines("\n".join(raw)):
+        word, _, rest = inst.partition(" ")
+        op, rest = word.upper(), rest.strip()
+        if op == "ARG" and not seen_from:  # ARGs before the first FROM may parameterise FROM lines
+            for k, v in _pairs(rest, path, line, "ARG"):
+                scope.setdefault(k, substitute(v, scope))
+        elif op == "FROM":
+            image, stage = parse_from(rest, scope, path, line)
+            base = image if image in stages else mapper(image)
+            raw[line - 1] = f"FROM {base}" + (f" AS {stage}" if stage else "")
+            stages |= {stage} - {None}
+            seen_from = True
+        elif op in ("COPY", "ADD") and "--from=" in rest:
+            def repl(m):
+                src = m.group(1)
+                return m.group(0) if src in stages or src.isdigit() else f"--from={mapper(src)}"
+            raw[line - 1] = re.sub(r"--from=(\S+)", repl, raw[line - 1])
+    return "\n".join(raw) + "\n"
+
+
 def _copy_args(op: str, rest: str, scope: dict, path: Path, line: int) -> tuple[tuple[str, ...], str]:
     if rest.startswith("["):
         try:
@@ -177,20 +235,36 @@ def _copy_args(op: str, rest: str, scope: dict, path: Path, line: int) -> tuple[
     words = [substitute(w, scope) for w in words if not w.startswith("--")]
     for f in flags:
         if not f.startswith(("--chown=", "--chmod=")):
-            raise _err(path, line, f"{op} flag {f} is not supported (only --chown/--chmod)")
+            hint = "; use --backend=docker" if f.startswith("--from=") else ""
+            raise _err(path, line, f"{op} flag {f} is not supported by the local backend (only --chown/--chmod){hint}")
     if len(words) < 2:
         raise _err(path, line, f"{op} needs at least one source and a destination")
+    sources = []
     for src in words[:-1]:
         if re.match(r"^[a-z]+://", src):
             raise _err(path, line, f"{op} from a URL is not supported: {src}")
-        if src.startswith("/") or ".." in Path(src).parts:
+        norm = normalise_source(src)
+        if src.startswith("/") or norm == ".." or norm.startswith("../"):
             raise _err(path, line, f"{op} source must stay inside the build context: {src}")
-    return tuple(words[:-1]), words[-1]
+        sources.append(norm)
+    return tuple(sources), words[-1]
 
 
-def is_private(rel: Path) -> bool:
-    """True for task-folder files that must never enter the environment (tests, solution, task spec)."""
-    return bool(rel.parts) and rel.parts[0] in PRIVATE_NAMES
+def normalise_source(src: str) -> str:
+    """A COPY source relative to the context root: `./x`, `x/`, `x/.` and `x//y` -> `x`, `x/y`; `./` -> `.`.
+    (`x/.` copies the directory's contents, which is what copying a directory does anyway.)"""
+    return posixpath.normpath(src) if src else "."
+
+
+def is_task_folder(context_dir: Path) -> bool:
+    """True when the build context is the task folder itself (TB1), which holds tests and solution."""
+    return any((Path(context_dir) / name).is_file() for name in TASK_SPECS)
+
+
+def is_private(rel: Path, context_dir: Path) -> bool:
+    """True for task-folder files that must never enter the environment (tests, solution, task spec);
+    only a TB1 context (the task folder) has any."""
+    return bool(rel.parts) and rel.parts[0] in PRIVATE_NAMES and is_task_folder(context_dir)
 
 
 def context_files(context_dir: Path) -> list[Path]:
@@ -198,7 +272,7 @@ def context_files(context_dir: Path) -> list[Path]:
     out = []
     for p in sorted(context_dir.rglob("*")):
         rel = p.relative_to(context_dir)
-        if not is_private(rel) and (p.is_file() or p.is_symlink() or (p.is_dir() and not any(p.iterdir()))):
+        if not is_private(rel, context_dir) and (p.is_file() or p.is_symlink() or (p.is_dir() and not any(p.iterdir()))):
             out.append(rel)
     return out
 
@@ -206,10 +280,10 @@ def context_files(context_dir: Path) -> list[Path]:
 def match_sources(context_dir: Path, src: str) -> list[Path]:
     """Context paths named by one COPY source (globs match within one path level, as docker's do);
     private files never match."""
-    pattern = src.rstrip("/")
-    if pattern in (".", ""):
+    pattern = normalise_source(src)
+    if pattern == ".":
         return [Path(".")]
     depth = len(Path(pattern).parts)
     names = [str(p.relative_to(context_dir)) for p in context_dir.rglob("*")]
     hits = [Path(n) for n in sorted(fnmatch.filter(names, pattern)) if len(Path(n).parts) == depth]
-    return [h for h in hits if not is_private(h)]
+    return [h for h in hits if not is_private(h, context_dir)]

@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from trsi_jax.sandbox import apt_standin
 from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
@@ -86,7 +87,8 @@ class LocalSandbox(Sandbox):
             raise
 
     def _build(self) -> None:
-        """Replay the Dockerfile subset: WORKDIR/ENV/COPY on the host side, RUN inside the sandbox."""
+        """Replay the Dockerfile subset: WORKDIR/ENV/COPY on the host side, RUN inside the sandbox, with
+        `apt-get`/`apt` answered by a stand-in (see apt_standin) that is removed before the agent starts."""
         env_cfg = self.task.environment
         if env_cfg.dockerfile is None:
             self.fs.host_dir(self.workdir, create=True)
@@ -95,20 +97,33 @@ class LocalSandbox(Sandbox):
             spec = dfile.parse_dockerfile(env_cfg.dockerfile)
         except dfile.DockerfileError as e:
             raise SandboxError(str(e)) from None
+        tools = self.fs.host_dir(f"{apt_standin.BUILD_DIR}/bin", create=True)
+        for name in ("apt-get", "apt"):
+            (tools / name).write_text(apt_standin.SCRIPT)
+            (tools / name).chmod(0o755)
+        (tools.parent / "host-packages").write_text(apt_standin.host_packages())
         cwd = "/"
-        for step in spec.steps:
-            if step.kind == "workdir":
-                cwd = step.args[0]
-                self.fs.host_dir(cwd, create=True)
-            elif step.kind == "env":
-                self.env.update(dict(step.args))
-            elif step.kind == "copy":
-                self.fs.copy_in(env_cfg.context_dir, *step.args, cwd=cwd, where=f"{spec.path}:{step.line}")
-            elif step.kind == "run":
-                res = self._run(["bash", "-c", step.args[0]], cwd=cwd, env=self.env, timeout_sec=BUILD_TIMEOUT_SEC)
-                if res.exit_code != 0:
-                    raise SandboxError(f"{spec.path}:{step.line}: RUN failed (exit {res.exit_code}"
-                                       f"{', timed out' if res.timed_out else ''}): {res.output[-2000:]}")
+        try:
+            for step in spec.steps:
+                if step.kind == "workdir":
+                    cwd = step.args[0]
+                    self.fs.host_dir(cwd, create=True)
+                elif step.kind == "env":
+                    self.env.update(dict(step.args))
+                elif step.kind == "copy":
+                    self.fs.copy_in(env_cfg.context_dir, *step.args, cwd=cwd, where=f"{spec.path}:{step.line}")
+                elif step.kind == "run":
+                    build_env = {**self.env, "PATH": f"{apt_standin.BUILD_DIR}/bin:{self.env.get('PATH', '')}"}
+                    res = self._run(["bash", "-c", step.args[0]], cwd=cwd, env=build_env,
+                                    timeout_sec=BUILD_TIMEOUT_SEC)
+                    if res.exit_code != 0:
+                        raise SandboxError(
+                            f"{spec.path}:{step.line}: RUN failed (exit {res.exit_code}"
+                            f"{', timed out' if res.timed_out else ''}) on the local backend, which runs it on "
+                            f"the host's read-only /usr without network; if this step installs or downloads "
+                            f"software, use --backend=docker. Output: {res.output[-2000:]}")
+        finally:
+            remove(self.fs.host_dir(apt_standin.BUILD_DIR, create=True))
         self.workdir = spec.workdir or self.workdir
         self.fs.host_dir(self.workdir, create=True)
 

@@ -91,7 +91,7 @@ class RootFS:
                 if host_src.is_dir():  # a directory's contents are copied, as docker does
                     target = self.host_dir(dest_abs, create=True)
                     for child in host_src.iterdir():
-                        if not dfile.is_private((rel / child.name)):
+                        if not dfile.is_private(rel / child.name, context):
                             self._copy_entry(child, target / child.name)
                 else:
                     name = dest_abs.rstrip("/") + "/" + rel.name if (into_dir or self.is_dir(dest_abs)) else dest_abs

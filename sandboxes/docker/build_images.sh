@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build every local image that sandboxes/docker/from_images.txt maps FROM images to (no registry is
+# reachable; Debian and PyPI are, at build time). Idempotent: images already present are kept.
+#   trsi/base:bookworm, trsi/base:trixie, trsi/base:bullseye  (debootstrap, build_base_image.sh)
+#   trsi/python:3.11 (bookworm's python3), trsi/python:3.13 (trixie's python3)
+#   trsi/uv:0.8.15 (PyPI's uv binaries, for COPY --from=ghcr.io/astral-sh/uv:...)
+# Usage: build_images.sh [--force]
+set -euo pipefail
+cd "$(dirname "$0")"
+FORCE="${1:-}"
+have() { [ "$FORCE" != "--force" ] && docker image inspect "$1" >/dev/null 2>&1; }
+for suite in bookworm trixie bullseye; do
+  TRSI_SUITE=$suite ./build_base_image.sh $FORCE
+done
+build() {  # tag, dockerfile, build args...
+  local tag=$1 file=$2; shift 2
+  if have "$tag"; then echo "build_images: $tag already present"; return; fi
+  echo "build_images: building $tag"
+  docker build -q -t "$tag" -f "$file" "$@" . >/dev/null
+  echo "build_images: built $tag"
+}
+build trsi/python:3.11 python.Dockerfile --build-arg BASE=trsi/base:bookworm
+build trsi/python:3.13 python.Dockerfile --build-arg BASE=trsi/base:trixie
+build trsi/uv:0.8.15 uv.Dockerfile --build-arg UV_VERSION=0.8.15
