@@ -80,14 +80,65 @@ def test_value_loss_matches_formula_and_explained_variance():
 def test_kl_penalty_estimators():
     logp, ref, _, mask = _data(4)
     k1, m1 = rl.kl_penalty(logp, ref, mask, kind="k1")
+    k2, m2 = rl.kl_penalty(logp, ref, mask, kind="k2")
     k3, m3 = rl.kl_penalty(logp, ref, mask, kind="k3")
     np.testing.assert_allclose(float(k1), _mean(logp - ref, mask), rtol=1e-12)
+    np.testing.assert_allclose(float(k2), _mean(0.5 * (logp - ref) ** 2, mask), rtol=1e-12)
     d = ref - logp
     np.testing.assert_allclose(float(k3), _mean(np.exp(d) - d - 1, mask), rtol=1e-12)
-    assert float(k3) > 0 and set(m1) == {"kl_k1"} and set(m3) == {"kl_k3"}
+    assert float(k3) > 0 and set(m1) == {"kl_k1"} and set(m2) == {"kl_k2"} and set(m3) == {"kl_k3"}
     assert float(rl.kl_penalty(logp, logp, mask)[0]) == 0.0
-    with pytest.raises(ValueError, match=r"kind='k2' unknown; choose one of \['k1', 'k3'\]"):
-        rl.kl_penalty(logp, ref, mask, kind="k2")
+    with pytest.raises(ValueError, match=r"kind='k4' unknown; choose one of \['k1', 'k2', 'k3'\]"):
+        rl.kl_penalty(logp, ref, mask, kind="k4")
+
+
+def _exact_kl(p, q):
+    return np.sum(p * (np.log(p) - np.log(q)))
+
+
+@pytest.mark.parametrize("kind, direction", [("k1", "forward"), ("k2", "forward"), ("k3", "reverse")])
+def test_kl_penalty_expected_gradient_is_the_named_kl(kind, direction):
+    """On a 6-way categorical, the expectation over tokens a ~ π of the per-token penalty's
+    gradient (the loss of a batch holding every token, weighted by sg(π(a))) equals the gradient
+    of the exact KL the docstring names: KL(π‖π_ref) for k1 and k2, KL(π_ref‖π) for k3. The
+    expected values of k1 and k3 equal KL(π‖π_ref) exactly."""
+    rng = np.random.default_rng(7)
+    theta, ref_logits = rng.normal(size=6), rng.normal(size=6)
+    ref_logp = jax.nn.log_softmax(ref_logits)
+
+    def expected_penalty(th):
+        logp = jax.nn.log_softmax(th)
+        weights = jax.lax.stop_gradient(jnp.exp(logp))  # E_{a~π}[.]: π(a) as constant weights
+        return rl.kl_penalty(logp[None], ref_logp[None], weights[None], kind=kind)[0]
+
+    def exact(th):
+        p, q = jax.nn.softmax(th), jnp.exp(ref_logp)
+        return jnp.sum(p * (jnp.log(p) - jnp.log(q))) if direction == "forward" else jnp.sum(q * (jnp.log(q) - jnp.log(p)))
+
+    np.testing.assert_allclose(np.asarray(jax.grad(expected_penalty)(theta)), np.asarray(jax.grad(exact)(theta)),
+                               rtol=1e-10, atol=1e-12)
+    assert np.abs(np.asarray(jax.grad(exact)(theta))).max() > 1e-2  # a real gradient, not 0 = 0
+    p = np.asarray(jax.nn.softmax(theta))
+    if kind in ("k1", "k3"):  # unbiased estimates of KL(π‖π_ref)
+        np.testing.assert_allclose(float(expected_penalty(theta)), _exact_kl(p, np.exp(np.asarray(ref_logp))),
+                                   rtol=1e-10)
+
+
+def test_sampling_logits_temperature_and_vocab_limit():
+    """logits / T with ids past the limit at MASKED_LOGIT; softmax of it equals the plain
+    renormalised tempered distribution, entropy is finite, greedy scores at T = 1."""
+    from trsi_jax.rl.losses import MASKED_LOGIT, sampling_logits
+
+    z = np.random.default_rng(3).normal(size=(2, 3, 7))
+    out = np.asarray(sampling_logits(jnp.asarray(z), 0.7, 5))
+    np.testing.assert_allclose(out[..., :5], z[..., :5] / 0.7, rtol=1e-12)
+    assert (out[..., 5:] == MASKED_LOGIT).all()
+    p = np.exp(z[..., :5] / 0.7)
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(jax.nn.softmax(out, -1))[..., :5], p, rtol=1e-12)
+    ent, _ = rl.entropy(jnp.asarray(out), np.ones((2, 3)))
+    np.testing.assert_allclose(float(ent), np.mean(-(p * np.log(p)).sum(-1)), rtol=1e-10)
+    np.testing.assert_array_equal(np.asarray(sampling_logits(jnp.asarray(z), 0.0)), z)
 
 
 def test_entropy_matches_numpy_and_uniform_bound():

@@ -153,7 +153,7 @@ class PPOConfig:
     clip_eps: float = 0.2
     value_clip_eps: float = 0.2
     kl_coef: float = 0.0  # > 0 keeps a frozen copy of the stage's initial policy as reference
-    kl_kind: str = "k3"  # "k1" | "k3"
+    kl_kind: str = "k3"  # "k1" | "k2" | "k3": which KL each estimates and optimises, see rl.kl_penalty
     entropy_coef: float = 0.0
     whiten_advantages: bool = True  # over the policy tokens of the whole update batch
 
@@ -185,6 +185,10 @@ class RPRConfig:
     lam_tok: float = 1.0
     gamma_turn: float = 0.99
     lam_turn: float = 0.95
+    # Episodes cut by the turn limit, wall clock or context (not success): "terminal" grades the
+    # cut state like an ending (Terminal-Bench's rule); "bootstrap" treats the cut as a pause: no
+    # outcome reward, the last policy token's target gets gamma_turn * V(cut state) instead.
+    truncation: str = "terminal"
     ppo: PPOConfig = PPOConfig()
     # Critic: policy backbone + value head, or a smaller preset (critic_model names a MODEL_PRESETS entry).
     critic_model: str = ""
@@ -201,8 +205,10 @@ class RPRConfig:
     def __post_init__(self):
         if self.reward not in ("spr", "binary"):
             raise ValueError(f"RPRConfig.reward must be 'spr' or 'binary', got {self.reward!r}")
-        if self.ppo.kl_kind not in ("k1", "k3"):
-            raise ValueError(f"RPRConfig.ppo.kl_kind must be 'k1' or 'k3', got {self.ppo.kl_kind!r}")
+        if self.ppo.kl_kind not in ("k1", "k2", "k3"):
+            raise ValueError(f"RPRConfig.ppo.kl_kind must be 'k1', 'k2' or 'k3', got {self.ppo.kl_kind!r}")
+        if self.truncation not in ("terminal", "bootstrap"):
+            raise ValueError(f"RPRConfig.truncation must be 'terminal' or 'bootstrap', got {self.truncation!r}")
         episodes = self.tasks_per_update * self.samples_per_task
         if episodes < 1 or episodes % self.ppo.minibatch_size:
             raise ValueError(

@@ -80,21 +80,57 @@ def value_loss(values, old_values, returns, mask, clip_eps: float = 0.2):
     return loss, metrics
 
 
-KL_KINDS = ("k1", "k3")
+KL_KINDS = ("k1", "k2", "k3")
 
 
 def kl_penalty(logp, ref_logp, mask, kind: str = "k3"):
-    """Per-token KL(π‖π_ref) estimate from sampled-token log-probs, token-mean over m.
+    """KL penalty between the policy π and the reference π_ref, token-mean over m, from the
+    log-probs of tokens sampled from π. With log r = logp − ref_logp (per token):
 
-    k1 = logp − ref_logp (unbiased, can be negative); k3 = exp(ref − logp) − (ref − logp) − 1
-    (unbiased, always ≥ 0, lower variance).
+    - "k1": value log r, an unbiased estimate of KL(π‖π_ref). Its gradient is taken through the
+      score function, sg(log r)·∇logp, whose expectation is ∇KL(π‖π_ref). (The plain term
+      log r has gradient ∇logp, whose expectation under π is 0: it would not pull π anywhere.)
+    - "k2": value ½(log r)², a biased estimate of KL(π‖π_ref) (≥ 0); gradient log r·∇logp, the
+      same unbiased ∇KL(π‖π_ref) as k1.
+    - "k3": value 1/r − 1 + log r, an unbiased, always ≥ 0 estimate of KL(π‖π_ref); but its
+      gradient (1 − π_ref/π)·∇logp has expectation ∇KL(π_ref‖π): it optimises the *reverse* KL.
+
+    Expectations are on-policy (tokens from the current π); later PPO epochs reuse the sampled
+    tokens, as the surrogate does.
     """
     _same_shapes(logp=logp, ref_logp=ref_logp, mask=mask)
     checks.check_choice("kind", kind, KL_KINDS)
-    d = ref_logp - logp
-    per_token = -d if kind == "k1" else jnp.exp(d) - d - 1.0
+    log_r = logp - ref_logp
+    if kind == "k1":
+        sg = jax.lax.stop_gradient
+        per_token = sg(log_r) * (1.0 + logp - sg(logp))  # value log r, gradient sg(log r)·∇logp
+    elif kind == "k2":
+        per_token = 0.5 * log_r ** 2
+    else:
+        per_token = jnp.exp(-log_r) - 1.0 + log_r
     kl = masked_mean(per_token, mask)
     return kl, {f"kl_{kind}": kl}
+
+
+# Logit of ids the sampler never draws: finite, so that exp gives exactly 0 and p·log p is 0 (not NaN).
+MASKED_LOGIT = -1e30
+
+
+def sampling_logits(logits, temperature: float = 1.0, vocab_limit: int = 0):
+    """The logits of the distribution the sampler draws from, in fp32: logits / temperature, with
+    ids ≥ vocab_limit (padding of the model's vocabulary beyond the tokenizer's) set to
+    MASKED_LOGIT; vocab_limit 0 keeps every id. Temperature 0 (greedy) has no density and is
+    scored at temperature 1. Top-p/top-k truncation is deliberately not part of it: a token's
+    log-prob under a truncated policy is −inf whenever the new policy's cut moves past it, so the
+    PPO ratio, entropy and KL use the tempered, vocabulary-limited distribution before truncation
+    (exact for RPR's default top_p = 1, top_k = 0).
+    """
+    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    if temperature > 0:
+        z = z / temperature
+    if 0 < vocab_limit < z.shape[-1]:
+        z = jnp.where(jnp.arange(z.shape[-1]) < vocab_limit, z, MASKED_LOGIT)
+    return z
 
 
 def entropy(logits_BTV, mask_BT):

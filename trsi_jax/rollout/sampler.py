@@ -5,9 +5,10 @@ compile), prefilled once, then a jitted `lax.while_loop` decodes until every row
 stop token or its own token limit. Rows finish independently; finished rows keep decoding
 padding (batch shapes are static) but their outputs are cut on the host.
 
-Logprobs: for each sampled token we return log-softmax of the *raw* logits (the policy at
-temperature 1, no top-p/top-k), which is what PPO's importance ratio needs as the old policy,
-whatever sampling temperature produced the token.
+Logprobs: for each sampled token we return its log-prob under the distribution it was drawn
+from, `rl.losses.sampling_logits` (logits / temperature, ids past the vocab limit excluded; top-p
+/ top-k truncation not included, see there). PPO's learner scores tokens with the same function,
+so its old policy is the policy that sampled.
 
 Params may carry shardings (e.g. FSDP over a mesh): the jitted functions take the NNX state as
 an argument, so XLA partitions the computation from the input shardings.
@@ -22,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from trsi_jax.rl.losses import sampling_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +48,9 @@ class SampleConfig:
 def sample_tokens(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_p: float, top_k: int,
                   vocab_limit: int = 0) -> jax.Array:
     """One token per row: greedy at temperature 0, else from softmax(logits / T) cut to top-k / top-p."""
-    logits_BV = logits_BV.astype(jnp.float32)
-    if 0 < vocab_limit < logits_BV.shape[-1]:
-        logits_BV = jnp.where(jnp.arange(logits_BV.shape[-1]) < vocab_limit, logits_BV, -jnp.inf)
+    x_BV = sampling_logits(logits_BV.astype(jnp.float32), temperature, vocab_limit)
     if temperature == 0:
-        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
-    x_BV = logits_BV / temperature
+        return jnp.argmax(x_BV, axis=-1).astype(jnp.int32)
     if top_k == 0 and top_p >= 1:
         return jax.random.categorical(rng, x_BV, axis=-1).astype(jnp.int32)
     k = top_k if top_k > 0 else x_BV.shape[-1]
@@ -63,9 +63,10 @@ def sample_tokens(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_
     return jnp.take_along_axis(idx_BK, choice_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
 
-def token_logprobs(logits_BV: jax.Array, tokens_B: jax.Array) -> jax.Array:
-    """log pi(token) under the raw (temperature-1) policy."""
-    logp_BV = jax.nn.log_softmax(logits_BV.astype(jnp.float32), axis=-1)
+def token_logprobs(logits_BV: jax.Array, tokens_B: jax.Array, temperature: float = 1.0,
+                   vocab_limit: int = 0) -> jax.Array:
+    """log pi(token) under the sampling distribution (`sampling_logits`), in fp32."""
+    logp_BV = jax.nn.log_softmax(sampling_logits(logits_BV.astype(jnp.float32), temperature, vocab_limit), axis=-1)
     return jnp.take_along_axis(logp_BV, tokens_B[:, None], axis=-1)[:, 0]
 
 
@@ -92,7 +93,7 @@ def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, 
         step, logits_BV, cache, rng, toks_BN, logp_BN, len_B, done_B = carry
         rng, key = jax.random.split(rng)
         tok_B = sample_tokens(logits_BV, key, cfg.temperature, cfg.top_p, cfg.top_k, cfg.vocab_limit)
-        lp_B = token_logprobs(logits_BV, tok_B)
+        lp_B = token_logprobs(logits_BV, tok_B, cfg.temperature, cfg.vocab_limit)
         tok_B = jnp.where(done_B, pad_id, tok_B)
         toks_BN = toks_BN.at[:, step].set(tok_B)
         logp_BN = logp_BN.at[:, step].set(jnp.where(done_B, 0.0, lp_B))

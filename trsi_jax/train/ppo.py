@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from trsi_jax import rl, sharding
 from trsi_jax.config import OptimConfig, PPOConfig
+from trsi_jax.rl.losses import sampling_logits
 from trsi_jax.train.optim import make_optimizer
 
 # Checkpoint items of a learner: policy parameters, critic parameters, their optimizer states.
@@ -38,9 +39,11 @@ ITEMS = ("params", "critic", "policy_opt", "critic_opt")
 BATCH_KEYS = ("tokens", "mask", "policy_mask", "advantages", "returns", "old_logprobs", "old_values")
 
 
-def token_logprobs(logits_BTV: jax.Array, tokens_BT: jax.Array) -> jax.Array:
-    """log p(tokens[t] | tokens[:t]) at position t (0 at t = 0), in fp32."""
-    logp_BTV = jax.nn.log_softmax(logits_BTV[:, :-1].astype(jnp.float32), axis=-1)
+def token_logprobs(logits_BTV: jax.Array, tokens_BT: jax.Array, temperature: float = 1.0,
+                   vocab_limit: int = 0) -> jax.Array:
+    """log p(tokens[t] | tokens[:t]) at position t (0 at t = 0), in fp32, under the sampling
+    distribution `sampling_logits(logits, temperature, vocab_limit)`."""
+    logp_BTV = jax.nn.log_softmax(sampling_logits(logits_BTV[:, :-1], temperature, vocab_limit), axis=-1)
     logp_BT = jnp.take_along_axis(logp_BTV, tokens_BT[:, 1:, None], axis=-1)[..., 0]
     return jnp.pad(logp_BT, ((0, 0), (1, 0)))
 
@@ -82,12 +85,15 @@ class PPOLearner:
     """Policy + critic parameters on `mesh`, their optimizer states and the jitted PPO steps.
 
     `reference` (needed when kl_coef > 0) is a frozen policy whose log-probs anchor the KL term.
+    `temperature` and `vocab_limit` are the rollout sampler's: every log-prob, the ratio, the
+    entropy and the KL are taken under `sampling_logits(logits, temperature, vocab_limit)`, the
+    distribution that actually sampled the tokens.
     `items()` / `load_items()` are what the stage checkpoints.
     """
 
     def __init__(self, policy: nnx.Module, critic: nnx.Module, cfg: PPOConfig,
                  policy_optim: OptimConfig, critic_optim: OptimConfig, mesh: Mesh, *,
-                 reference: nnx.Module | None = None):
+                 reference: nnx.Module | None = None, temperature: float = 1.0, vocab_limit: int = 0):
         if cfg.kl_coef > 0 and reference is None:
             raise ValueError("PPOConfig.kl_coef > 0 needs a reference policy (pass reference=...)")
         shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES) * jax.process_count()
@@ -95,6 +101,7 @@ class PPOLearner:
             raise ValueError(f"PPOConfig.minibatch_size={cfg.minibatch_size} must be a multiple of the "
                              f"mesh's data*fsdp size {shards}")
         self.cfg, self.mesh = cfg, mesh
+        self.temperature, self.vocab_limit = temperature, vocab_limit
         self.policy_def, self.policy_params, self.policy_rest, p_sh, pr_sh = _place(policy, mesh)
         self.critic_def, self.critic_params, self.critic_rest, c_sh, cr_sh = _place(critic, mesh)
         self.shardings = {"params": p_sh, "critic": c_sh}
@@ -164,16 +171,21 @@ class PPOLearner:
 
     # -- pure functions (jitted) ----------------------------------------------------------------
 
+    def _logits(self, params, rest, mb):
+        """The sampling distribution's logits of a policy on one minibatch, fp32 [B, T, V]."""
+        logits = nnx.merge(self.policy_def, params, rest)(mb["tokens"], mb["mask"])
+        return sampling_logits(logits, self.temperature, self.vocab_limit)
+
     def _logprobs_fn(self, params, rest, mb):
         """Log-probs of one minibatch's tokens under a policy, no gradients."""
-        return token_logprobs(nnx.merge(self.policy_def, params, rest)(mb["tokens"], mb["mask"]), mb["tokens"])
+        return token_logprobs(self._logits(params, rest, mb), mb["tokens"])
 
     def _values_fn(self, params, rest, mb):
         return action_values(nnx.merge(self.critic_def, params, rest)(mb["tokens"], mb["mask"]))
 
     def _policy_loss(self, params, rest, mb):
         cfg = self.cfg
-        logits = nnx.merge(self.policy_def, params, rest)(mb["tokens"], mb["mask"])
+        logits = self._logits(params, rest, mb)
         logp = token_logprobs(logits, mb["tokens"])
         mask = mb["policy_mask"]
         loss, metrics = rl.policy_loss(logp, mb["old_logprobs"], mb["advantages"], mask, cfg.clip_eps)
