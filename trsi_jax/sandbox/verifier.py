@@ -1,8 +1,12 @@
 """Verification after the agent is done, and cheap mid-episode progress probes.
 
-`verify` stops every process the agent left, discards whatever sits at /tests and /logs/verifier,
-copies the task's tests in, runs tests/test.sh (TB2) or run-tests.sh (TB1) with a python that has
-pytest, and reads per-test results (junit xml, else pytest -rA lines) and TB2 reward files.
+`verify` stops every process the agent left, places the task's tests at /tests and an empty
+/logs/verifier, makes every agent symlink that resolves into them dangle, and runs tests/test.sh (TB2)
+or run-tests.sh (TB1) unchanged with the verifier toolchain (toolchain.py) first on PATH: its own
+interpreter, pytest pinned to the tests, offline uv/uvx/pip/curl stand-ins. Results come from the
+CTRF report, else junit xml, else pytest's -rA lines, and the TB2 reward files. A run that yields no
+result (nothing collected, a crash, a timeout, no reward file, a package the toolchain lacks) is an
+error (`VerifyResult.error`), never a zero: callers exclude it from training.
 """
 from __future__ import annotations
 
@@ -16,12 +20,18 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from trsi_jax.sandbox.base import TESTS_PATH, VERIFIER_LOGS, Sandbox
+from trsi_jax.sandbox.base import TESTS_PATH, VERIFIER_LOGS, Sandbox, SandboxError
+from trsi_jax.sandbox.toolchain import MISSING_MARK, MOUNT, PYTHON
 from trsi_jax.tasks import Task
 
 JUNIT = f"{VERIFIER_LOGS}/junit.xml"
+CTRF = f"{VERIFIER_LOGS}/ctrf.json"
 _RA_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED)\s+(\S+)", re.MULTILINE)
 _PASS = {"PASSED", "XFAIL"}
+_SESSION = re.compile(r"^=+ test session starts =+$", re.MULTILINE)
+# Every pytest run of the test script also writes junit xml and an -rA summary.
+PYTEST_ENV = {"PYTEST_ADDOPTS": f"-rA --junitxml={JUNIT}", "TEST_DIR": TESTS_PATH}
+SANITIZE = f"{PYTHON} -I {MOUNT}/shim.py sanitize"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +41,7 @@ class VerifyResult:
     tests: dict[str, bool]
     log: str
     reward: float | None = None
+    error: str | None = None  # set when the verifier produced no result: the episode is not a failure
 
 
 def parse_pytest_ra(output: str) -> dict[str, bool]:
@@ -57,6 +68,17 @@ def parse_junit(xml_bytes: bytes) -> dict[str, bool]:
     return out
 
 
+def parse_ctrf(raw: bytes) -> dict[str, bool]:
+    """Per-test outcomes from a CTRF report (pytest-json-ctrf); skipped/pending tests are left out."""
+    out: dict[str, bool] = {}
+    for t in json.loads(raw)["results"]["tests"]:
+        if t.get("status") in ("skipped", "pending"):
+            continue
+        name = str(t["name"]).split("::")[-1]
+        out[name] = out.get(name, True) and t.get("status") == "passed"
+    return out
+
+
 def _reward(sandbox: Sandbox) -> float | None:
     raw = sandbox.read_file(f"{VERIFIER_LOGS}/reward.txt")
     try:
@@ -73,65 +95,85 @@ def _reward(sandbox: Sandbox) -> float | None:
     return None
 
 
-# Every pytest run of the test script writes junit xml and an -rA summary, and no caches.
-# Third-party plugin autoload is off: it costs seconds per run and task tests do not rely on it.
-PYTEST_ENV = {"PYTEST_ADDOPTS": f"-rA -p no:cacheprovider --junitxml={JUNIT}", "TEST_DIR": TESTS_PATH,
-              "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+def _tests(sandbox: Sandbox, output: str) -> dict[str, bool]:
+    """CTRF, else junit, else the -rA lines (the output may also hold text from the agent's programs)."""
+    for path, parse, errors in ((CTRF, parse_ctrf, (ValueError, KeyError, TypeError)),
+                                (JUNIT, parse_junit, (ET.ParseError,))):
+        raw = sandbox.read_file(path, max_bytes=8 << 20)
+        if raw:
+            try:
+                tests = parse(raw)
+            except errors:
+                tests = {}
+            if tests:
+                return tests
+    return parse_pytest_ra(output)
+
+
+def _missing(output: str) -> list[str]:
+    """What the toolchain's shims said the script needed and lacked, before pytest started (later
+    lines may come from the agent's programs)."""
+    m = _SESSION.search(output)
+    head = output[:m.start()] if m else output
+    return [line.strip() for line in head.splitlines() if line.startswith(MISSING_MARK)]
 
 
 def _stage_tests(task: Task, staging: Path) -> str:
-    """Copy tests/ (plus TB1's run-tests.sh) into `staging`; return the command that runs them."""
+    """Copy tests/ (plus TB1's run-tests.sh) into `staging`; return the script path inside the sandbox."""
     if task.tests_dir.is_dir():
         shutil.copytree(task.tests_dir, staging, dirs_exist_ok=True)
     if task.fmt == "tb2":
-        return f"bash {TESTS_PATH}/test.sh"
+        return f"{TESTS_PATH}/test.sh"
     shutil.copy(task.test_script, staging / "run-tests.sh")
-    return f"bash {TESTS_PATH}/run-tests.sh"
+    return f"{TESTS_PATH}/run-tests.sh"
 
 
 def verify(sandbox: Sandbox, task: Task) -> VerifyResult:
     """Run the task's tests in `sandbox`; call only once the agent has finished (it stops its processes)."""
     sandbox.stop_processes()
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = _stage_tests(task, Path(tmp))
+        script = _stage_tests(task, Path(tmp))
         sandbox.put_dir(Path(tmp), TESTS_PATH)
     sandbox.put_dir(None, VERIFIER_LOGS)
-    res = sandbox.exec(cmd, timeout_sec=task.verifier_timeout_sec, env=PYTEST_ENV, with_pytest=True)
-    # pytest's own junit xml is exact; the -rA summary in the output is the fallback (the output may
-    # also hold text printed by the agent's programs under test, so it is second choice).
-    tests = {}
-    junit = sandbox.read_file(JUNIT, max_bytes=8 << 20)
-    if junit:
-        try:
-            tests = parse_junit(junit)
-        except ET.ParseError:
-            tests = {}
-    if not tests:
-        tests = parse_pytest_ra(res.output)
-    reward = _reward(sandbox)
+    res = sandbox.exec(f"{SANITIZE} && exec /bin/bash {script}", timeout_sec=task.verifier_timeout_sec,
+                       env=PYTEST_ENV, with_pytest=True)
+    tests, reward = _tests(sandbox, res.output), _reward(sandbox)
     log = res.output + (f"\n[verifier timed out after {task.verifier_timeout_sec}s]" if res.timed_out else "")
+    missing = _missing(res.output)
+    ran_pytest = bool(_SESSION.search(res.output))
+    error = None
     if tests:
         partial = sum(tests.values()) / len(tests)
         strict = all(tests.values()) and not res.timed_out and (reward is None or reward >= 1.0)
-    elif reward is not None and math.isfinite(reward):
-        partial = min(max(reward, 0.0), 1.0)
-        strict = reward >= 1.0 and not res.timed_out
+        if missing and not strict:
+            error = "the test script needed what the offline verifier lacks: " + "; ".join(missing)
+    elif reward is not None and math.isfinite(reward) and not ran_pytest and not missing and not res.timed_out:
+        partial, strict = min(max(reward, 0.0), 1.0), reward >= 1.0
     else:
         partial, strict = 0.0, False
-    return VerifyResult(strict=strict, partial=partial, tests=tests, log=log, reward=reward)
+        why = ("timed out" if res.timed_out else "; ".join(missing) if missing else
+               "pytest ran but reported no test" if ran_pytest else "no test results and no reward file")
+        error = f"verifier produced no result ({why}, exit {res.exit_code}); output tail:\n{res.output[-2000:]}"
+    return VerifyResult(strict=strict, partial=partial, tests=tests, log=log, reward=reward, error=error)
 
 
-def probe_progress(sandbox: Sandbox, task: Task, timeout_sec: float = 30.0) -> float:
-    """Fraction of `task.progress_tests` passing now, run out of the agent's view (0.0 if none)."""
+def probe_progress(sandbox: Sandbox, task: Task, timeout_sec: float = 30.0) -> float | None:
+    """Fraction of `task.progress_tests` passing now, run out of the agent's view; None when it could
+    not be measured (the probe failed or pytest reported none of them). 0.0 for a task without any."""
     if not task.progress_tests:
         return 0.0
     nodes = [t if "::" in t else f"test_outputs.py::{t}" for t in task.progress_tests]
 
     def cmd(where: str) -> str:
         args = " ".join(shlex.quote(f"{where}/{n}") for n in nodes)
-        return f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -rA -p no:cacheprovider {args}"
+        return f"TRSI_TEST_DIR={shlex.quote(where)} {PYTHON} -I {MOUNT}/shim.py pytest -q -rA {args}"
 
-    res = sandbox.probe_exec(task.tests_dir, cmd, timeout_sec)
+    try:
+        res = sandbox.probe_exec(task.tests_dir, cmd, timeout_sec)
+    except SandboxError:
+        return None
     results = parse_pytest_ra(res.output)
+    if not results or res.timed_out:
+        return None
     wanted = [n.split("::", 1)[1] for n in nodes]
     return sum(bool(results.get(w)) for w in wanted) / len(wanted)

@@ -1,0 +1,182 @@
+"""The verifier's pristine toolchain: an interpreter, pytest and common test libraries, built once on
+the host into a cache and mounted read-only at /.trsi in every verification and progress probe.
+
+Nothing in it comes from the sandbox: the interpreter is a copy of this process's base Python with
+every shared library it and its packages need, started through the bundled dynamic loader with
+`--inhibit-cache` (the sandbox's /etc/ld.so.cache and ld.so.conf.d are never read) as a venv whose
+pyvenv.cfg and site-packages are ours (the sandbox's /etc/python3.X, .pth files and sitecustomize
+are never seen). Shims first on the verifier's PATH let a Terminal-Bench `tests/test.sh` run
+unchanged offline: `curl .../uv/install.sh | sh` gets a no-op installer, `uvx -w pytest==... pytest`,
+`uv run pytest`, `pytest`, `python -m pytest` and `pip install <what we have>` use the toolchain, and
+`apt-get` never runs the sandbox's apt (its configuration is the agent's). Packages a script asks for
+that the toolchain lacks make it print MISSING_MARK, which the verifier reports as an error.
+
+Build (needs PyPI once): `python -m trsi_jax.sandbox.toolchain` (see `ensure`).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+MOUNT = "/.trsi"  # where the toolchain appears inside a sandbox (a name the agent's files never use)
+SHIMS = f"{MOUNT}/shims"
+PYTHON = f"{MOUNT}/bin/trsi-python"
+PYTEST_INI = f"{MOUNT}/pytest.ini"
+MISSING_MARK = "trsi-verifier-missing:"  # printed by shims when a test script needs what we lack
+# Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all).
+PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==1.16.2", "pandas==2.3.2",
+            "pillow==11.2.1", "requests==2.32.4", "psutil==7.0.0", "toml==0.10.2")
+VERSION = "1"  # bump when the layout below changes
+_SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
+
+
+class ToolchainError(RuntimeError):
+    """The verifier toolchain is not built and could not be built here."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TRSI_VERIFIER_CACHE", Path.home() / ".cache" / "trsi_jax" / "verifier"))
+
+
+def toolchain_key(packages: tuple[str, ...] = PACKAGES) -> str:
+    h = hashlib.sha256(f"{VERSION}|{sys.version}|{sys.platform}|{'|'.join(sorted(packages))}".encode())
+    return f"py{sys.version_info[0]}{sys.version_info[1]}-{h.hexdigest()[:12]}"
+
+
+def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Path:
+    """Host directory of the toolchain for `packages`, built on first use (pip from PyPI) and reused;
+    safe across processes (a file lock, an atomic rename). Raises ToolchainError if it cannot be built."""
+    root = root or cache_root()
+    final = root / toolchain_key(packages)
+    if (final / ".complete").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").is_file():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.tmp-", dir=root))
+        try:
+            _build(tmp, packages)
+            (tmp / ".complete").write_text("\n".join(packages) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _build(t: Path, packages: tuple[str, ...]) -> None:
+    ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    site = t / "lib" / f"python{ver}" / "site-packages"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--no-input", "--only-binary=:all:", "--no-compile", "--target", str(site), *packages],
+                         capture_output=True, text=True, timeout=1800)
+    if res.returncode != 0:
+        raise ToolchainError(f"could not build the verifier toolchain in {t.parent}: pip install {' '.join(packages)} "
+                             f"failed (is PyPI reachable? build it once where it is: `python -m "
+                             f"trsi_jax.sandbox.toolchain`, or copy {cache_root()} here):\n{res.stderr[-1500:]}")
+    _copy_runtime(t / "rt", ver)
+    _bundle_libs(t / "rt" / "syslib", [t / "rt"], [site])
+    (t / "pyvenv.cfg").write_text(f"home = {MOUNT}/rt/bin\ninclude-system-site-packages = false\nversion = "
+                                  f"{sys.version.split()[0]}\n")
+    (t / "pytest.ini").write_text("[pytest]\n")
+    (t / "bin").mkdir()
+    _write_exe(t / "bin" / "trsi-python",
+               f'#!/bin/sh\nexec {MOUNT}/rt/syslib/{_loader_name()} --inhibit-cache --library-path '
+               f'{MOUNT}/rt/lib:{MOUNT}/rt/syslib --argv0 {PYTHON} {MOUNT}/rt/bin/python{ver} "$@"\n')
+    shutil.copy(Path(__file__).with_name("shim.py"), t / "shim.py")
+    shims = t / "shims"
+    shims.mkdir()
+    for name in ("uv", "uvx", "pip", "pip3", "curl", "apt-get", "apt", "pytest", "py.test"):
+        _write_exe(shims / name, f'#!/bin/sh\nexec {PYTHON} -I {MOUNT}/shim.py {name} "$@"\n')
+    for name in ("python", "python3"):  # `python -m pytest` is ours, anything else the sandbox's own python
+        _write_exe(shims / name, PY_PASSTHROUGH.replace("NAME", name))
+
+
+PY_PASSTHROUGH = f"""#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then shift 2; exec {PYTHON} -I {MOUNT}/shim.py pytest "$@"; fi
+IFS=:
+for d in $PATH; do
+  [ "$d" = "{SHIMS}" ] && continue
+  [ -x "$d/NAME" ] && exec "$d/NAME" "$@"
+done
+echo "NAME: command not found" >&2
+exit 127
+"""
+
+
+def _write_exe(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _loader_name() -> str:
+    return "ld-linux-x86-64.so.2" if os.uname().machine == "x86_64" else "ld-linux-aarch64.so.1"
+
+
+def _copy_runtime(rt: Path, ver: str) -> None:
+    """This interpreter's binary, libpython and standard library (no site-packages) under `rt`."""
+    base = Path(sys.base_prefix)
+    (rt / "bin").mkdir(parents=True)
+    shutil.copy2(Path(sys._base_executable).resolve(), rt / "bin" / f"python{ver}")  # noqa: SLF001
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or base / "lib")
+    (rt / "lib").mkdir()
+    for so in libdir.glob("libpython*.so*"):
+        shutil.copy2(so, rt / "lib" / so.name, follow_symlinks=True)
+    std = Path(sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["stdlib"])
+    dst = rt / "lib" / f"python{ver}"
+    dst.mkdir()
+    for child in std.iterdir():
+        if child.name in _SKIP_STDLIB or child.name.startswith("config-"):
+            continue
+        if child.is_dir():
+            shutil.copytree(child, dst / child.name, symlinks=False,
+                            ignore=shutil.ignore_patterns("__pycache__", "test", "tests"))
+        else:
+            shutil.copy2(child, dst / child.name)
+    (dst / "site-packages").mkdir()
+
+
+_LDD_LINE = re.compile(r"^\s*(\S+)\s+=>\s+(/\S+)|^\s*(/\S+)\s+\(0x")
+
+
+def _bundle_libs(dest: Path, trees: list[Path], sites: list[Path]) -> None:
+    """Copy every shared library the ELF files under `trees`/`sites` load (per ldd), and the loader,
+    into `dest`, except those the trees ship themselves (e.g. numpy.libs, found by RUNPATH $ORIGIN)."""
+    dest.mkdir(parents=True)
+    shipped = {p.name for tree in trees + sites for p in tree.rglob("*.so*")}
+    elves = [p for tree in trees + sites for p in tree.rglob("*") if p.is_file() and not p.is_symlink()
+             and (p.suffix == ".so" or ".so." in p.name or p.parent.name == "bin")]
+    extra = ["libgcc_s.so.1", "libnss_files.so.2", "libnss_dns.so.2", "libresolv.so.2"]  # dlopened by glibc
+    for p in elves:
+        res = subprocess.run(["ldd", str(p)], capture_output=True, text=True)
+        for line in res.stdout.splitlines():
+            m = _LDD_LINE.match(line)
+            if not m:
+                continue
+            name, path = (m.group(1), m.group(2)) if m.group(1) else (Path(m.group(3)).name, m.group(3))
+            if name in shipped and not path.startswith(("/lib", "/usr/lib")):
+                continue
+            target = dest / (Path(path).name if m.group(3) else name)
+            if not target.exists():
+                shutil.copy2(path, target, follow_symlinks=True)
+    for name in extra:
+        for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/lib64", "/lib"):
+            if Path(d, name).exists() and not (dest / name).exists():
+                shutil.copy2(Path(d, name), dest / name, follow_symlinks=True)
+                break
+    if not (dest / _loader_name()).exists():
+        raise ToolchainError(f"could not find the dynamic loader {_loader_name()} for the verifier toolchain")
+
+
+if __name__ == "__main__":
+    print(ensure())
