@@ -21,7 +21,7 @@ def _docker_or_skip():
     try:
         client.images.get(BASE)
     except docker.errors.ImageNotFound:
-        pytest.skip(f"{BASE} missing: run sandboxes/docker/build_base_image.sh")
+        pytest.skip(f"{BASE} missing: run sandboxes/docker/build_images.sh")
     return client
 
 
@@ -35,9 +35,9 @@ def client():
 
 def test_from_image_mapping():
     rules = load_from_map()
-    assert map_image("python:3.11-slim", rules) == BASE
-    assert map_image("ubuntu:24.04", rules) == BASE
-    assert map_image("ghcr.io/laude-institute/t-bench/python-3-13:20250620", rules) == BASE
+    assert map_image("python:3.11-slim", rules) == "trsi/python:3.11"
+    assert map_image("ubuntu:24.04", rules) == "trsi/debian:trixie"
+    assert map_image("ghcr.io/laude-institute/t-bench/python-3-13:20250620", rules) == "trsi/python:3.13"
     assert map_image("trsi/custom:1", rules) == "trsi/custom:1"
 
 

@@ -2,6 +2,7 @@
 # Build every local image that sandboxes/docker/from_images.txt maps FROM images to (no registry is
 # reachable; Debian and PyPI are, at build time). Idempotent: images already present are kept.
 #   trsi/base:bookworm, trsi/base:trixie, trsi/base:bullseye  (debootstrap, build_base_image.sh)
+#   trsi/debian:<suite>: the same, trusting this machine's extra CAs (/usr/local/share/ca-certificates)
 #   trsi/python:3.11 (bookworm's python3), trsi/python:3.13 (trixie's python3)
 #   trsi/uv:0.8.15 (PyPI's uv binaries, for COPY --from=ghcr.io/astral-sh/uv:...)
 # Usage: build_images.sh [--force]
@@ -16,9 +17,19 @@ build() {  # tag, dockerfile, build args...
   local tag=$1 file=$2; shift 2
   if have "$tag"; then echo "build_images: $tag already present"; return; fi
   echo "build_images: building $tag"
-  docker build -q -t "$tag" -f "$file" "$@" . >/dev/null
+  docker build -t "$tag" -f "$file" "$@" . >"$CTX/build.log" 2>&1 || {
+    tail -30 "$CTX/build.log" >&2; echo "build_images: building $tag failed" >&2; exit 1; }
   echo "build_images: built $tag"
 }
-build trsi/python:3.11 python.Dockerfile --build-arg BASE=trsi/base:bookworm
-build trsi/python:3.13 python.Dockerfile --build-arg BASE=trsi/base:trixie
+CTX=$(mktemp -d /tmp/trsi-images.XXXXXX)
+trap 'rm -rf "$CTX"' EXIT
+cp ./*.Dockerfile "$CTX"/
+mkdir "$CTX/certs"
+cp /usr/local/share/ca-certificates/*.crt "$CTX/certs/" 2>/dev/null || true
+cd "$CTX"
+for suite in bookworm trixie bullseye; do
+  build trsi/debian:$suite trust.Dockerfile --build-arg BASE=trsi/base:$suite
+done
+build trsi/python:3.11 python.Dockerfile --build-arg BASE=trsi/debian:bookworm
+build trsi/python:3.13 python.Dockerfile --build-arg BASE=trsi/debian:trixie
 build trsi/uv:0.8.15 uv.Dockerfile --build-arg UV_VERSION=0.8.15

@@ -1,7 +1,7 @@
 # trsi/python:3.X, standing in for the official python:3.X images (no registry here): the Debian
 # suite whose python3 is 3.X, plus pip, venv, the headers, a `python` command, and pip allowed to
 # install into the system interpreter (as in the official image, which has no PEP 668 marker).
-ARG BASE=trsi/base:trixie
+ARG BASE=trsi/debian:trixie
 FROM ${BASE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-pip python3-venv python3-dev \

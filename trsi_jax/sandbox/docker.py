@@ -102,8 +102,8 @@ def _build_context(task: Task, rules) -> tuple[bytes, str]:
     return buf.getvalue(), digest.hexdigest()[:16]
 
 
-def _missing_images(client, text: str) -> list[str]:
-    """Mapped base images (FROM / COPY --from) the Dockerfile needs that are not present locally."""
+def _base_images(client, text: str) -> dict[str, str | None]:
+    """The mapped base images (FROM / COPY --from) the Dockerfile needs -> local image id (None: missing)."""
     import docker  # noqa: PLC0415
     stages, needed = set(), []
     for line in text.splitlines():
@@ -115,13 +115,13 @@ def _missing_images(client, text: str) -> list[str]:
                 stages.add(words[3])
         needed += [w[len("--from="):] for w in words[1:] if w.startswith("--from=")
                    and w[len("--from="):] not in stages and not w[len("--from="):].isdigit()]
-    missing = []
+    ids = {}
     for image in dict.fromkeys(needed):
         try:
-            client.images.get(image)
+            ids[image] = client.images.get(image).id
         except docker.errors.ImageNotFound:
-            missing.append(image)
-    return missing
+            ids[image] = None
+    return ids
 
 
 def ensure_image(client, task: Task, rules=None) -> str:
@@ -136,16 +136,18 @@ def ensure_image(client, task: Task, rules=None) -> str:
         context, digest = _build_context(task, rules)
     except dfile.DockerfileError as e:
         raise SandboxError(str(e)) from None
-    tag = f"trsi/task:{digest}"
+    bases = _base_images(client, dfile.map_images(task.environment.dockerfile, lambda i: map_image(i, rules)))
+    missing = [image for image, image_id in bases.items() if image_id is None]
+    if missing:
+        raise SandboxError(f"{task.environment.dockerfile}: base image(s) {', '.join(missing)} not present locally "
+                           f"(no registry here): run sandboxes/docker/build_images.sh, or map them in {FROM_MAP}")
+    # The tag names the context and the base images' ids: a rebuilt base image means a rebuilt task image.
+    tag = "trsi/task:" + hashlib.sha256((digest + "".join(sorted(bases.values()))).encode()).hexdigest()[:16]
     try:
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:
         pass
-    missing = _missing_images(client, dfile.map_images(task.environment.dockerfile, lambda i: map_image(i, rules)))
-    if missing:
-        raise SandboxError(f"{task.environment.dockerfile}: base image(s) {', '.join(missing)} not present locally "
-                           f"(no registry here): run sandboxes/docker/build_images.sh, or map them in {FROM_MAP}")
     try:
         client.images.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag, rm=True, forcerm=True,
                             pull=False, network_mode="bridge", timeout=DOCKER_BUILD_TIMEOUT_SEC)
