@@ -24,6 +24,7 @@ setup(
         "numpy==2.4.6",
         "tqdm==4.70.1",
         "tensorboardX==2.6.5",
+        "matplotlib==3.11.2",  # the pipeline's per-stage plot (report.png)
     ],
     extras_require={
         # torch only for parity tests and reference benchmarks (CPU wheel).
