@@ -35,7 +35,7 @@ from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, 
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.cgroup import Cgroup, owner_alive
 from trsi_jax.sandbox.rootfs import SPECIAL_ENTRIES, SYSTEM_ENTRIES, RootFS, remove, system_binds
-from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
+from trsi_jax.sandbox.terminal import CLIENT_LOOP, TMUX_SET_OPTIONS, PipeClient, Terminal
 from trsi_jax.tasks import Task
 
 # Capabilities root keeps inside (roughly docker's default set, minus mknod/net_raw/chroot/setfcap).
@@ -46,6 +46,7 @@ BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 # Host programs the backend runs: bubblewrap for every command, tmux for the terminal.
 HOST_TOOLS = (("bwrap", "bubblewrap"), ("tmux", "tmux"))
 PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
+RUN_DIR = "/run/trsi"  # the terminal's socket and prompt counter
 
 
 def _sweep_stale() -> None:
@@ -177,14 +178,14 @@ class LocalSandbox(Sandbox):
             a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + a
         return a
 
-    def _spawn(self, argv: list[str], stdout=subprocess.PIPE) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.STDOUT,
+    def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         with self._lock:
             self._procs.add(proc)
         return proc
 
-    def _spawn_kept(self, argv: list[str]) -> subprocess.Popen:
+    def _spawn_kept(self, argv: list[str], stdin=subprocess.DEVNULL) -> subprocess.Popen:
         """Spawn a long-lived process from a thread that lives exactly as long as it does:
         --die-with-parent ties bwrap to the spawning *thread*, which may be a short-lived worker."""
         box: dict = {}
@@ -192,7 +193,8 @@ class LocalSandbox(Sandbox):
 
         def keeper():
             try:
-                box["proc"] = self._spawn(argv, stdout=subprocess.DEVNULL)
+                box["proc"] = self._spawn(argv, stdout=subprocess.PIPE if stdin == subprocess.PIPE else
+                                          subprocess.DEVNULL, stdin=stdin)
             except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
                 box["error"] = e
             ready.set()
@@ -254,39 +256,37 @@ class LocalSandbox(Sandbox):
                        "PYTHONPATH": SITE_MOUNT, "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib"}
 
     def terminal(self) -> Terminal:
-        """The episode's terminal: a bwrap running `tmux -D` (a foreground server) whose socket, in the
-        sandbox's /run/trsi, the host's tmux client talks to."""
+        """The episode's terminal: a bwrap running `tmux -D` (a foreground server) with its socket at
+        /run/trsi/tmux.sock, and a second bwrap (its own pid namespace, out of the agent's reach) running
+        the tmux client loop the host talks to over pipes. No host process opens the socket or any other
+        agent-controlled path: a server the agent swapped in only ever talks to the sandboxed client."""
         if self._terminal is not None:
             return self._terminal
         if shutil.which("tmux") is None:
             raise SandboxError("tmux is not installed on the host (apt-get install tmux)")
-        run_dir = self.fs.host_dir("/run/trsi", create=True)
-        (run_dir / "tmux.conf").write_text(TMUX_CONF)
-        server = self._spawn_kept(self._bwrap(["tmux", "-D", "-S", "/run/trsi/tmux.sock", "-f", "/run/trsi/tmux.conf"],
-                                              cwd=self.workdir, env=self.env))
-        sock, counter = run_dir / "tmux.sock", run_dir / "prompt"
-        deadline = time.monotonic() + 10.0
-        while not sock.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
-            time.sleep(0.005)
+        server = self._spawn_kept(self._bwrap(
+            ["bash", "-c", f"mkdir -p {RUN_DIR} && exec tmux -D -S {RUN_DIR}/tmux.sock -f /dev/null"],
+            cwd=self.workdir, env=self.env))
+        client_env = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}
+        shim = self._spawn_kept(self._bwrap(["bash", "-c", CLIENT_LOOP, "tmux-client", f"{RUN_DIR}/tmux.sock"],
+                                            cwd="/", env=client_env), stdin=subprocess.PIPE)
+        client = PipeClient(shim.stdin, shim.stdout)
 
         def run_tmux(args: list[str]) -> str:
             if server.poll() is not None:
                 raise SandboxError("the sandbox's terminal (tmux server) died")
-            r = subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, timeout=30,
-                               env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
-            if r.returncode != 0:
-                raise SandboxError(f"tmux {args[0]} failed: {r.stderr.decode(errors='replace').strip()}")
-            return r.stdout.decode("utf-8", "replace")
+            code, out = client(args)
+            if code != 0:
+                raise SandboxError(f"tmux {args[0]} failed: {out.strip()[:500]}")
+            return out
 
-        def read_counter() -> int:
-            try:
-                return counter.stat().st_size
-            except OSError:
-                return 0
-
-        self._terminal = Terminal(run_tmux, read_counter, self.workdir, "/run/trsi/prompt")
+        deadline = time.monotonic() + 10.0
+        while client(TMUX_SET_OPTIONS)[0] != 0:  # until the server listens
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
+            time.sleep(0.005)
+        self._terminal = Terminal(run_tmux, lambda: self.fs.file_size(f"{RUN_DIR}/prompt"), self.workdir,
+                                  f"{RUN_DIR}/prompt")
         return self._terminal
 
     def stop_processes(self) -> None:
@@ -299,9 +299,7 @@ class LocalSandbox(Sandbox):
             self._kill(p)
         if self.cgroup is not None:
             self.cgroup.kill_all()
-        preload = self.root / "etc" / "ld.so.preload"
-        if preload.is_symlink() or preload.exists():
-            remove(preload)
+        self.fs.remove_file("/etc/ld.so.preload")
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
         self.fs.replace_dir(host_dir, sandbox_path)

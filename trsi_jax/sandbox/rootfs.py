@@ -1,12 +1,15 @@
 """The host directory that is a local sandbox's `/`, and every host-side operation on it.
 
 Writable state lives here (workdir, /tmp, /root, a private minimal /etc, ...); the host's system
-directories are bound over it read-only at run time (see `system_binds`). Host-side writes (Dockerfile
-COPY, placing tests) walk the path component by component and never follow a symlink the agent may
-have planted, so nothing lands outside the root.
+directories are bound over it read-only at run time (see `system_binds`). Every host-side access
+(Dockerfile COPY, placing tests, reading results, the terminal's prompt counter) resolves the path
+openat-style: one component at a time from a descriptor of the root, with O_NOFOLLOW, so a symlink the
+agent planted, or swapped in mid-walk, never leads the host outside the root.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -100,8 +103,15 @@ class RootFS:
 
     @staticmethod
     def _copy_entry(src: Path, dst: Path) -> None:
+        """Copy src to dst (no agent process runs): a directory is merged entry by entry, replacing
+        whatever non-directory (e.g. a planted symlink) stands where a directory goes."""
         if src.is_dir() and not src.is_symlink():
-            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+            if dst.is_symlink() or (dst.exists() and not dst.is_dir()):
+                remove(dst)
+            dst.mkdir(exist_ok=True)
+            shutil.copystat(src, dst)
+            for child in src.iterdir():
+                RootFS._copy_entry(child, dst / child.name)
         else:
             if dst.is_symlink() or dst.exists():
                 remove(dst)
@@ -109,45 +119,98 @@ class RootFS:
 
     def is_dir(self, sandbox_path: str) -> bool:
         try:
-            return self.host_dir(sandbox_path, create=False).is_dir()
+            with self.dir_fd(sandbox_path, create=False):
+                return True
         except SandboxError:
             return False
 
-    def host_dir(self, sandbox_path: str, create: bool) -> Path:
-        """Host path of a sandbox directory, each component a real directory under the root (symlinks
-        and files in the way are replaced when `create`; only used while no agent process runs)."""
+    @staticmethod
+    def _parts(sandbox_path: str) -> list[str]:
         parts = [p for p in sandbox_path.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise SandboxError(f"path {sandbox_path!r} must not contain '..'")
+        return parts
+
+    @contextlib.contextmanager
+    def dir_fd(self, sandbox_path: str, create: bool):
+        """A descriptor of sandbox directory `sandbox_path`, walked from the root one component at a time
+        without following symlinks; with `create`, whatever non-directory is in the way is replaced."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for p in self._parts(sandbox_path):
+                try:
+                    nxt = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError as e:
+                    if not create or e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                        raise SandboxError(f"{sandbox_path}: not a directory in the sandbox") from None
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(p, dir_fd=fd)
+                    os.mkdir(p, dir_fd=fd)
+                    nxt = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            yield fd
+        finally:
+            os.close(fd)
+
+    def host_dir(self, sandbox_path: str, create: bool) -> Path:
+        """Host path of a sandbox directory, each component made a real directory under the root (symlinks
+        and files in the way are replaced when `create`). Only for use while no agent process runs: a
+        path is re-resolved on each use (use `dir_fd` when the agent may be running)."""
+        parts = self._parts(sandbox_path)
         if parts and parts[0] in SYSTEM_ENTRIES + SPECIAL_ENTRIES:
             raise SandboxError(f"the local backend cannot write into /{parts[0]} (read-only host system "
                                f"directory): {sandbox_path}; use the docker backend for such environments")
-        cur = self.root
-        for p in parts:
-            cur = cur / p
-            if cur.is_dir() and not cur.is_symlink():
-                continue
-            if not create:
-                raise SandboxError(f"{sandbox_path}: not a directory in the sandbox")
-            if cur.is_symlink() or cur.exists():
-                remove(cur)
-            cur.mkdir()
-        return cur
+        with self.dir_fd(sandbox_path, create):
+            pass
+        return self.root.joinpath(*parts)
 
     def replace_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
         """Make `sandbox_path` a fresh directory holding a copy of host_dir (empty if None)."""
-        target = self.host_dir(sandbox_path, create=True)
-        remove(target)
-        if host_dir is None:
-            target.mkdir()
-        else:
-            shutil.copytree(host_dir, target, symlinks=False)
+        parent, _, name = sandbox_path.rstrip("/").rpartition("/")
+        if not name:
+            raise SandboxError(f"cannot replace the sandbox root ({sandbox_path!r})")
+        with self.dir_fd(parent or "/", create=True) as fd:
+            self.unlink_at(fd, name)
+            target = f"/proc/self/fd/{fd}/{name}"  # the magic link pins the resolved parent
+            if host_dir is None:
+                os.mkdir(name, dir_fd=fd)
+            else:
+                shutil.copytree(host_dir, target, symlinks=False)
+
+    @staticmethod
+    def unlink_at(fd: int, name: str) -> None:
+        """Remove entry `name` of directory `fd` (file, symlink or whole tree), following no symlink."""
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            shutil.rmtree(name, dir_fd=fd)
+
+    def remove_file(self, sandbox_path: str) -> None:
+        """Remove a file or symlink (never what a symlink points to); absent paths are fine."""
+        parent, _, name = sandbox_path.rpartition("/")
+        try:
+            with self.dir_fd(parent or "/", create=False) as fd:
+                self.unlink_at(fd, name)
+        except SandboxError:
+            pass
+
+    def file_size(self, sandbox_path: str) -> int:
+        """Size of `sandbox_path` without following symlinks (0 if absent); safe while the agent runs."""
+        parent, _, name = sandbox_path.rpartition("/")
+        try:
+            with self.dir_fd(parent or "/", create=False) as fd:
+                return os.stat(name, dir_fd=fd, follow_symlinks=False).st_size
+        except (SandboxError, OSError):
+            return 0
 
     def read_file(self, sandbox_path: str, max_bytes: int = 1 << 20) -> bytes | None:
         parent, _, name = sandbox_path.rstrip("/").rpartition("/")
         try:
-            d = self.host_dir(parent or "/", create=False)
-            fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW)
+            with self.dir_fd(parent or "/", create=False) as d:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=d)
         except (SandboxError, OSError):
             return None
         with os.fdopen(fd, "rb") as f:

@@ -7,9 +7,12 @@ file the host polls). `read_new_output` returns what appeared since the last rea
 """
 from __future__ import annotations
 
+import os
 import re
+import select
+import threading
 import time
-from typing import Callable
+from typing import IO, Callable
 
 from trsi_jax.sandbox.base import SandboxError, cap_text
 
@@ -20,12 +23,68 @@ POLL_SEC = 0.05
 MAX_DURATION_SEC = 600.0
 _KEY = re.compile(r"^(?:(?:C|M|S)-)+\S$|^(?:Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|"
                   r"PageUp|PageDown|PgUp|PgDn|NPage|PPage|IC|DC|F[1-9]|F1[0-2])$")
-TMUX_CONF = f"""set -g history-limit {HISTORY_LINES}
-set -g default-shell /bin/bash
-set -g status off
-set -g update-environment ""
-set -g escape-time 0
+TMUX_OPTIONS = (("history-limit", str(HISTORY_LINES)), ("default-shell", "/bin/bash"), ("status", "off"),
+                ("update-environment", ""), ("escape-time", "0"))
+TMUX_CONF = "".join(f'set -g {k} "{v}"\n' for k, v in TMUX_OPTIONS)
+# tmux client args setting TMUX_OPTIONS on a running server (no config file the agent could plant).
+TMUX_SET_OPTIONS = [w for k, v in TMUX_OPTIONS for w in ("set", "-g", k, v, ";")][:-1]
+# A tmux client loop run *inside* the sandbox (local backend): reads requests `argc\0arg\0...` on stdin,
+# answers `exit-code byte-count\n<output>`. Whatever answers on the socket (the agent may replace the
+# server) can then only affect this sandboxed client and the text the host gets back.
+CLIENT_LOOP = r"""exec 2>/dev/null
+export LC_ALL=C
+while IFS= read -r -d '' n; do
+  args=()
+  for ((i = 0; i < n; i++)); do IFS= read -r -d '' a; args+=("$a"); done
+  out=$(timeout -s KILL 20 tmux -S "$1" "${args[@]}" </dev/null 2>&1); rc=$?
+  printf '%d %d
+%s' "$rc" "${#out}" "$out"
+done
 """
+MAX_REPLY_BYTES = 8 << 20
+
+
+class PipeClient:
+    """Host end of CLIENT_LOOP: one request at a time over the loop's stdin/stdout pipes, each answer
+    bounded in size and time (it is untrusted text)."""
+
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes], timeout_sec: float = 30.0):
+        self._in, self._out = stdin.fileno(), stdout.fileno()
+        self._timeout = timeout_sec
+        self._buf = b""
+        self._lock = threading.Lock()
+
+    def _read_until(self, n_or_sep, deadline: float) -> bytes:
+        while True:
+            if isinstance(n_or_sep, int) and len(self._buf) >= n_or_sep:
+                out, self._buf = self._buf[:n_or_sep], self._buf[n_or_sep:]
+                return out
+            if isinstance(n_or_sep, bytes) and n_or_sep in self._buf:
+                out, _, self._buf = self._buf.partition(n_or_sep)
+                return out
+            if len(self._buf) > MAX_REPLY_BYTES + 64:
+                raise SandboxError("the sandbox's terminal client sent an oversized reply")
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._out], [], [], left)[0]:
+                raise SandboxError("the sandbox's terminal client did not answer in time")
+            chunk = os.read(self._out, 1 << 16)
+            if not chunk:
+                raise SandboxError("the sandbox's terminal client exited")
+            self._buf += chunk
+
+    def __call__(self, args: list[str]) -> tuple[int, str]:
+        """(exit code, combined output) of `tmux <args>` run in the sandbox."""
+        req = f"{len(args)}\0".encode() + b"".join(a.replace("\0", "").encode() + b"\0" for a in args)
+        with self._lock:
+            deadline = time.monotonic() + self._timeout
+            try:
+                os.write(self._in, req)  # small (<16 KiB): fits the pipe buffer
+            except OSError as e:
+                raise SandboxError(f"the sandbox's terminal client is gone ({e})") from None
+            head = self._read_until(b"\n", deadline).split()
+            if len(head) != 2 or not all(x.lstrip(b"-").isdigit() for x in head) or int(head[1]) > MAX_REPLY_BYTES:
+                raise SandboxError(f"the sandbox's terminal client sent a malformed reply: {head!r:.100}")
+            return int(head[0]), self._read_until(int(head[1]), deadline).decode("utf-8", "replace")
 
 
 def prompt_hook(counter_path: str) -> str:

@@ -1,0 +1,125 @@
+"""The escape suite: one real attack per class, on both backends, each asserting the exact outcome
+(host file untouched, no host-side execution, host services unreachable, quota hit, reward not forged).
+
+Sections: host side and containment (terminal, host file operations, network, capabilities, quota,
+what /proc shows); verifier integrity (what the verifier runs with and what it trusts).
+"""
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import uuid
+
+import pytest
+
+from tests.sandbox_tasks import write_tb2
+from trsi_jax.sandbox import SandboxError, make_sandbox
+from trsi_jax.tasks import load_task
+
+
+def _docker_ok() -> bool:
+    try:
+        import docker
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get("trsi/debian:bookworm")
+        return True
+    except Exception:  # noqa: BLE001 (any failure means: no docker here)
+        return False
+
+
+_LOCAL_OK = shutil.which("bwrap") is not None and shutil.which("tmux") is not None
+BACKENDS = [pytest.param("local", marks=pytest.mark.skipif(not _LOCAL_OK, reason="needs bubblewrap and tmux")),
+            pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.skipif(
+                not _docker_ok(), reason="needs dockerd and trsi/debian:bookworm")])]
+
+
+def _task(tmp_path, dockerfile_extra: str = "", toml_extra: str = ""):
+    dockerfile = "FROM debian:bookworm\nWORKDIR /app\n" + dockerfile_extra
+    return load_task(write_tb2(tmp_path, f"t-{uuid.uuid4().hex[:6]}", dockerfile=dockerfile, toml_extra=toml_extra))
+
+
+def _victim(tmp_path) -> tuple[str, bytes]:
+    """A host file the attacks aim at, and its content."""
+    p = tmp_path / "host-victim.txt"
+    p.write_bytes(b"host-owned content\n")
+    return str(p), p.read_bytes()
+
+
+def _keys(term, keys: str, wait: float = 5.0) -> None:
+    """Type into the terminal; a SandboxError (terminal gone) is an acceptable outcome of an attack."""
+    try:
+        term.send_keys(keys, wait)
+    except SandboxError:
+        pass
+
+
+# ==== host side and containment ======================================================================
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("attack", [
+    "rm -f /run/trsi/tmux.sock; exit",
+    "tmux -S /run/trsi/tmux.sock kill-server",
+    "tmux -S /tmp/evil.sock -f /dev/null new-session -d -s evil 'sleep 100'; mv -f /tmp/evil.sock /run/trsi/tmux.sock"])
+def test_replaced_tmux_server_runs_nothing_on_the_host(tmp_path, backend, attack):
+    """The agent removes or replaces its tmux server's socket; keys typed next must not run on the host
+    (a host tmux client would start a host server, or obey the agent's one, and run them there)."""
+    marker = tmp_path / "ran-on-host"
+    with make_sandbox(_task(tmp_path), backend) as sb:
+        term = sb.terminal()
+        _keys(term, attack + "\n", 2)
+        for _ in range(2):
+            _keys(term, f"touch {marker}\n")
+            try:
+                term.read_new_output()
+            except SandboxError:
+                pass
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_socket_pointed_at_a_host_tmux_server(tmp_path, backend):
+    """The agent links its socket path to a tmux server of the host and exits its shell: the fresh shell
+    the harness then asks for, and the keys typed into it, must not reach that server."""
+    host_sock, marker = tmp_path / "host-tmux.sock", tmp_path / "ran-on-host"
+    subprocess.run(["tmux", "-S", str(host_sock), "-f", "/dev/null", "new-session", "-d", "-s", "h", "cat"],
+                   check=True)
+    try:
+        with make_sandbox(_task(tmp_path), backend) as sb:
+            term = sb.terminal()
+            _keys(term, f"ln -sf {host_sock} /tmp/l && mv -f /tmp/l /run/trsi/tmux.sock; exit\n", 2)
+            _keys(term, f"touch {marker}\n")
+        sessions = subprocess.run(["tmux", "-S", str(host_sock), "list-sessions", "-F", "#S"],
+                                  capture_output=True, text=True, check=True).stdout.split()
+        assert sessions == ["h"] and not marker.exists()
+    finally:
+        subprocess.run(["tmux", "-S", str(host_sock), "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_planted_links_never_lead_host_file_operations_out(tmp_path, backend):
+    """Links planted by a Dockerfile RUN and by the agent at the paths the host writes or reads (terminal
+    config and counter, the verifier's /logs, a result file) leave the host's files untouched."""
+    victim, content = _victim(tmp_path)
+    host_dir = tmp_path / "host-dir"
+    host_dir.mkdir()
+    (host_dir / "secret").write_text("host secret\n")
+    run = (f"RUN mkdir -p /run/trsi && ln -s {victim} /run/trsi/tmux.conf && ln -s {victim} /run/trsi/prompt"
+           f" && ln -s {host_dir} /srv/hostdir 2>/dev/null; mkdir -p /srv && ln -sfn {host_dir} /srv/hostdir\n")
+    task = _task(tmp_path, run)
+    with make_sandbox(task, backend) as sb:
+        term = sb.terminal()
+        _keys(term, "echo typed\n")
+        _keys(term, f"rm -rf /logs; ln -s {host_dir} /logs; ln -s {host_dir} /app/res; "
+                    f"ln -s {victim} /app/out.txt\n")
+        assert sb.read_file("/app/out.txt") is None
+        assert sb.read_file("/app/res/secret") is None
+        sb.stop_processes()
+        sb.put_dir(None, "/logs/verifier")
+        assert sb.read_file("/app/res/secret") is None
+    assert open(victim, "rb").read() == content
+    assert sorted(os.listdir(host_dir)) == ["secret"]
+
+
+# ==== verifier integrity =============================================================================
