@@ -1,5 +1,6 @@
 """JAX sampler against the plain full-sequence forward, batch vs single, stops, limits, sharding."""
 import dataclasses
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -66,13 +67,26 @@ def test_rows_stop_independently_on_stop_ids_and_limits(model):
 
 
 @pytest.mark.slow
-def test_max_len_bounds_generation(model):
-    sampler = Sampler(model, max_len=20)
-    (toks, _), = sampler.generate([PROMPTS[0]], GREEDY, jax.random.key(0))
-    assert len(toks) == 20 - 16  # prompt bucket of 16 leaves 4 slots
-    with pytest.raises(ValueError, match="max_len=20"):
-        sampler.generate([list(range(1, 21))], GREEDY, jax.random.key(0))
-    (toks, _), = sampler.generate([list(range(1, 20))], GREEDY, jax.random.key(0))
+def test_room_comes_from_the_real_prompt_length(model, caplog):
+    """A prompt whose bucket nearly fills max_len still gets all the room its own length leaves."""
+    sampler, never_stops = Sampler(model, max_len=24), dataclasses.replace(GREEDY, max_new_tokens=12)
+    prompt = list(range(1, 13))  # bucket 16: the old room was 24 - 16 = 8
+    with caplog.at_level(logging.WARNING):
+        (toks, logps), = sampler.generate([prompt], never_stops, jax.random.key(0))
+    assert len(toks) == 12 and not caplog.records
+    ref_toks, ref_logps = reference_greedy(model, prompt, 12)
+    assert toks == ref_toks
+    np.testing.assert_allclose(logps, ref_logps, atol=2e-5)
+    # 20 + 4 = 24: both rows (they share the longest prompt's room) are cut, and one warning says so
+    with caplog.at_level(logging.WARNING):
+        out = sampler.generate([[7, 8, 9], list(range(1, 21))], never_stops, jax.random.key(0), max_new_tokens=[12, 3])
+    assert [len(t) for t, _ in out] == [4, 3]
+    cut = [r.getMessage() for r in caplog.records if "cut by the context" in r.getMessage()]
+    assert cut == ["1 of 2 replies cut by the context (max_len=24): prompts of [3] tokens got [4] of the [12] "
+                   "tokens asked"]
+    with pytest.raises(ValueError, match="max_len=24"):
+        sampler.generate([list(range(1, 25))], GREEDY, jax.random.key(0))
+    (toks, _), = sampler.generate([list(range(1, 24))], GREEDY, jax.random.key(0))
     assert len(toks) == 1  # a prompt of max_len - 1 tokens still gets its one token
 
 

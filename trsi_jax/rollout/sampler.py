@@ -22,6 +22,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import nnx
 
 from trsi_jax.rl.losses import sampling_logits
@@ -116,9 +117,29 @@ def _bucket(n: int, minimum: int, step: int = 256) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
+def _prompt_width(longest: int, want: int, max_len: int) -> int:
+    """Width T of the left-padded prompt block: the bucket of the longest prompt (few compiled
+    shapes), narrowed to the longest prompt itself when the bucket's padding would eat into the
+    `want` tokens its row may still generate; the cache (max_len) holds T + generated tokens."""
+    return max(longest, min(_bucket(longest, 16), max_len - want))
+
+
+def _warn_if_cut(toks_BN, len_B, limit_B, caps, stop_ids, prompt_lens, max_len: int) -> None:
+    """One warning per call naming how many replies the context cut (limit below the asked cap,
+    reached without a stop token)."""
+    cut = [b for b, cap in enumerate(caps) if limit_B[b] < cap and len_B[b] == limit_B[b]
+           and (len_B[b] == 0 or int(toks_BN[b, len_B[b] - 1]) not in stop_ids)]
+    if cut:
+        logging.warning("%d of %d replies cut by the context (max_len=%d): prompts of %s tokens got %s of the %s "
+                        "tokens asked", len(cut), len(caps), max_len, [prompt_lens[b] for b in cut],
+                        [int(limit_B[b]) for b in cut], [caps[b] for b in cut])
+
+
 class Sampler:
     """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included.
 
+    A row may generate up to max_len minus the longest prompt's length (rows share the longest
+    prompt's room); a warning counts the replies the context cut short of what was asked.
     With a `mesh`, prompts and the cache are split over the batch axes (data, fsdp) and the
     batch is padded to a multiple of their size; params keep whatever shardings they carry.
     """
@@ -138,10 +159,12 @@ class Sampler:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         longest = max(len(p) for p in prompts)
-        T = min(_bucket(longest, 16), self.max_len - 1)
-        room = self.max_len - T
-        if longest > T:
+        if longest >= self.max_len:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
+        caps = [cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
+                for b in range(len(prompts))]
+        T = _prompt_width(longest, max(min(c, self.max_len - len(p)) for c, p in zip(caps, prompts)), self.max_len)
+        room = self.max_len - T
         B = _bucket(len(prompts), 1, step=1 << 30)
         if self.mesh is not None:
             n = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
@@ -152,8 +175,7 @@ class Sampler:
         for b, p in enumerate(prompts):
             tokens_BT[b, T - len(p):] = p
             mask_BT[b, T - len(p):] = 1
-            cap = cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
-            limit_B[b] = min(cap, room)
+            limit_B[b] = min(caps[b], room)
         tokens_BT[len(prompts):, -1] = self.pad_id  # dummy rows: one real token keeps attention finite
         mask_BT[len(prompts):, -1] = 1
 
@@ -171,4 +193,5 @@ class Sampler:
         logits_BV, cache = _prefill(graphdef, state, tokens_BT, mask_BT, cache)
         toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg, self.pad_id)
         toks_BN, logp_BN, len_B = jax.device_get((toks_BN, logp_BN, len_B))
+        _warn_if_cut(toks_BN, len_B, limit_B, caps, cfg.stop_ids, [len(p) for p in prompts], self.max_len)
         return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]
