@@ -39,9 +39,13 @@ class ModelConfig:
     norm_plus_one: bool = True  # qwen3_5 RMSNorm scales by (1 + w); qwen3 by w
     tie_embeddings: bool = False
     mtp_layers: int = 0  # multi-token-prediction layers (`mtp.*` weights), optional
-    # Numerics and compilation.
-    dtype: str = "float32"  # activations; "bfloat16" on accelerators
-    param_dtype: str = "float32"
+    max_position_embeddings: int = 262144  # context the checkpoint was trained for (HF config)
+    # Numerics and compilation. The precision policy is (param_dtype, dtype): master weights and
+    # optimizer state in `param_dtype`, matmuls and activations in `dtype`. fp32 master + bf16
+    # compute learns at RPR learning rates (1e-6); bf16 master weights lose updates below 2^-8
+    # of a weight's size (optim.py warns).
+    dtype: str = "float32"  # compute / activations; "bfloat16" on accelerators
+    param_dtype: str = "float32"  # master weights and optimizer state
     remat: str = "none"  # "none" | "full" | "dots" (save matmul outputs)
     scan_layers: bool = True  # scan over identical blocks: compile once per block type
 
@@ -63,6 +67,13 @@ class ModelConfig:
             raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
         if self.remat not in ("none", "full", "dots"):
             raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatConfig:
+    """How conversations are rendered for the policy (the tokenizer's chat template, else a built-in ChatML)."""
+
+    thinking: bool = False  # the template's reasoning mode (Qwen3 `enable_thinking`); off: empty <think> block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +123,8 @@ class SFTConfig:
 
 MODEL_PRESETS: dict[str, ModelConfig] = {
     # Qwen3.8-27B: same text architecture as Qwen3.5/3.6-27B (26.9B text parameters).
-    "qwen3_8_27b": ModelConfig(dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+    # fp32 master weights and optimizer state, bf16 compute.
+    "qwen3_8_27b": ModelConfig(dtype="bfloat16", param_dtype="float32", remat="full"),
     # The embedded default: runs on a CPU laptop; vocab fits the shipped 1024-token BPE
     # (trsi_jax/assets/tiny_tokenizer) and the built-in byte tokenizer.
     "tiny": ModelConfig(
@@ -125,12 +137,12 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         arch="qwen3", vocab_size=151936, hidden_size=1024, num_layers=28, intermediate_size=3072,
         num_heads=16, num_kv_heads=8, head_dim=128, rope_theta=1e6, partial_rotary_factor=1.0,
         attn_output_gate=False, full_attention_interval=1, norm_plus_one=False,
-        tie_embeddings=True, dtype="bfloat16", param_dtype="bfloat16"),
+        tie_embeddings=True, max_position_embeddings=40960, dtype="bfloat16", param_dtype="float32"),
     "qwen3_32b": ModelConfig(
         arch="qwen3", vocab_size=151936, hidden_size=5120, num_layers=64, intermediate_size=25600,
         num_heads=64, num_kv_heads=8, head_dim=128, rope_theta=1e6, partial_rotary_factor=1.0,
         attn_output_gate=False, full_attention_interval=1, norm_plus_one=False,
-        dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+        max_position_embeddings=40960, dtype="bfloat16", param_dtype="float32", remat="full"),
     "tiny_qwen3": ModelConfig(
         arch="qwen3", vocab_size=384, hidden_size=64, num_layers=2, intermediate_size=128,
         num_heads=4, num_kv_heads=2, head_dim=16, rope_theta=1e6, partial_rotary_factor=1.0,

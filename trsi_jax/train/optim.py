@@ -8,7 +8,9 @@ state holds the running gradient sum, so a checkpoint taken between updates resu
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
+from absl import logging
 
 from trsi_jax.config import OptimConfig
 
@@ -54,10 +56,28 @@ def _decay_mask(params):
     return jax.tree.map(lambda p: getattr(p, "ndim", 0) >= 2, params)
 
 
+def warn_low_precision_params() -> optax.GradientTransformation:
+    """Identity that warns at init when parameters are stored below fp32: AdamW's state follows
+    the parameter dtype, and a bf16 weight ignores updates smaller than ~2^-9 of its size (at
+    lr 1e-6 most entries of a 0.02-scale matrix never move). Use ModelConfig.param_dtype=float32
+    (fp32 master weights) with dtype=bfloat16 (bf16 compute)."""
+
+    def init(params):
+        low = sorted({str(p.dtype) for p in jax.tree.leaves(params)
+                      if jnp.issubdtype(p.dtype, jnp.floating) and jnp.finfo(p.dtype).bits < 32})
+        if low:
+            logging.warning("optimizer: parameters stored in %s; small updates are rounded away. Set "
+                            "--model_cfg.param_dtype=float32 for fp32 master weights and optimizer state.", low)
+        return optax.EmptyState()
+
+    return optax.GradientTransformation(init, lambda updates, state, params=None: (updates, state))
+
+
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
-    """clip_by_global_norm -> AdamW(schedule), wrapped in MultiSteps when `grad_accum > 1`."""
+    """clip_by_global_norm -> AdamW(schedule), wrapped in MultiSteps when `grad_accum > 1`.
+    The optimizer state takes each parameter's dtype: keep master weights in fp32."""
     schedule = make_schedule(cfg)
-    parts = []
+    parts = [warn_low_precision_params()]
     if cfg.grad_clip > 0:
         parts.append(optax.clip_by_global_norm(cfg.grad_clip))
     parts.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay,
