@@ -14,15 +14,18 @@ import fnmatch
 import hashlib
 import io
 import shlex
+import shutil
 import tarfile
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
-                                   OutputCollector, Sandbox, SandboxError)
+from trsi_jax.sandbox import toolchain
+from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
+                                   OutputCollector, Sandbox, SandboxError, cap_text)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
@@ -32,9 +35,20 @@ FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
 RUN_DIR = "/run/trsi"
 # Top-level entries never carried from the agent's container to the verifier's (see stop_processes).
-SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv"}
-# Files docker bind-mounts into every container (or that would hook every process): not carried.
-CONTAINER_MANAGED = {"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/ld.so.preload"}
+# (/.trsi is where the verifier toolchain is mounted: an agent's /.trsi is never carried.)
+SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv", ".trsi"}
+# The dynamic loader's configuration: the verifier keeps the image's, never the agent's.
+LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
+# Files docker bind-mounts into every container, and the loader's configuration: not carried.
+CONTAINER_MANAGED = {"etc/hosts", "etc/hostname", "etc/resolv.conf"} | {f"etc/{f}" for f in LOADER_FILES}
+# Empty /etc but for what CONTAINER_MANAGED keeps from the image (and docker's mounted files).
+CLEAR_ETC = "find /etc -mindepth 1 -maxdepth 1 " + " ".join(
+    f"! -name {n.split('/')[1]}" for n in sorted(CONTAINER_MANAGED)) + " -exec rm -rf {} +"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Make "$1" a fresh empty directory, replacing any symlink or file on the way (as the local backend does).
+MAKE_DIR = ('p=; IFS=/; for c in $1; do [ -n "$c" ] || continue; p="$p/$c"; '
+            'if [ -L "$p" ] || { [ -e "$p" ] && [ ! -d "$p" ]; }; then rm -f "$p"; fi; '
+            '[ -d "$p" ] || mkdir "$p" || exit 1; done; rm -rf "$p" && mkdir "$p"')
 # The pids in the container other than init (pid 1) and this shell: right after start, the keep-alive.
 LIST_PIDS = 'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || echo "$p"; done'
 # Kill every process but init and the keep-alive ($KEEP), repeating until none is left.
@@ -61,11 +75,12 @@ def map_image(image: str, rules: list[tuple[str, str]]) -> str:
 
 
 def _without(tar_bytes: bytes, names: set[str]) -> bytes:
-    """The tar archive minus the members called `names`."""
+    """The tar archive minus the members called `names` and everything under them."""
     out = io.BytesIO()
     with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as src, tarfile.open(fileobj=out, mode="w") as dst:
         for member in src:
-            if member.name.lstrip("./") not in names:
+            name = member.name.lstrip("./")
+            if not any(name == n or name.startswith(n + "/") for n in names):
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
     return out.getvalue()
 
@@ -175,18 +190,21 @@ class DockerSandbox(Sandbox):
         self._agent_done = False  # set by stop_processes: from then on only the verifier runs
         image = ensure_image(self.client, task)
         try:
-            workdir = self.client.images.get(image).attrs["Config"].get("WorkingDir") or task.environment.workdir
+            config = self.client.images.get(image).attrs["Config"]
+            workdir = config.get("WorkingDir") or task.environment.workdir
         except docker.errors.ImageNotFound:
             raise SandboxError(f"image {image} not found locally (no registry here): map it in {FROM_MAP} "
                                "or build it (sandboxes/docker/build_images.sh)") from None
         self.workdir = workdir
         self.image = image
+        self._image_path = next((e[5:] for e in config.get("Env") or [] if e.startswith("PATH=")), DEFAULT_PATH)
         self.container = None
         self.api = self.client.api
         self._start_container()
 
-    def _start_container(self) -> None:
-        """A fresh container of self.image with the sandbox's limits; records its keep-alive pid."""
+    def _start_container(self, mounts: dict | None = None) -> None:
+        """A fresh container of self.image with the sandbox's limits (and docker `volumes` mounts);
+        records its keep-alive pid."""
         import docker  # noqa: PLC0415
         lim = self.limits
         ulimits = [docker.types.Ulimit(name="cpu", soft=lim.cpu_sec, hard=lim.cpu_sec),
@@ -199,7 +217,7 @@ class DockerSandbox(Sandbox):
                 working_dir=self.workdir, network_mode="bridge" if self.task.allow_internet else "none",
                 mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
                 pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
-                privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id})
+                privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {})
         except docker.errors.APIError as e:
             raise SandboxError(f"could not start a container from {self.image}: {e}") from None
         try:
@@ -237,7 +255,10 @@ class DockerSandbox(Sandbox):
         import docker  # noqa: PLC0415
         if self._closed:
             raise SandboxError("sandbox is closed")
-        env = {**(env or {}), **(VERIFIER_ENV if with_pytest else {})}
+        if with_pytest:  # the verifier: the toolchain's shims first on PATH (see toolchain.py)
+            if not self._agent_done:
+                raise SandboxError("with_pytest runs only after stop_processes (the verifier's container)")
+            env = {**(env or {}), "PATH": f"{toolchain.SHIMS}:{self._image_path}", "HOME": "/root"}
         # GNU timeout kills the command's whole process group, then SIGKILLs it a second later.
         argv = ["timeout", "--kill-after=1", f"{timeout_sec:.3f}", "bash", "-c", cmd]
         start = time.monotonic()
@@ -304,9 +325,10 @@ class DockerSandbox(Sandbox):
         self._agent_done = True
 
     def _move_to_fresh_container(self) -> None:
-        """Carry the agent's files (every top-level entry but the system directories) into a fresh
-        container of the same image, so the verifier runs the image's own /usr, not one the agent
-        (root in its container) may have altered."""
+        """Carry the agent's files (every top-level entry but the system directories and the loader's
+        configuration) into a fresh container of the same image with the verifier toolchain mounted
+        read-only at /.trsi, so the verifier runs the image's own /usr and ld.so config, not ones the
+        agent (root in its container) may have altered."""
         import docker  # noqa: PLC0415
         old = self.container
         changed = sorted({c["Path"].split("/")[1] for c in (old.diff() or [])} - SYSTEM_ENTRIES)
@@ -318,16 +340,21 @@ class DockerSandbox(Sandbox):
             except docker.errors.NotFound:  # deleted by the agent
                 bundles[name] = None
         try:
-            self._start_container()
+            tc = toolchain.ensure()
+        except toolchain.ToolchainError as e:
+            old.remove(force=True)
+            raise SandboxError(str(e)) from None
+        try:
+            self._start_container({str(tc): {"bind": toolchain.MOUNT, "mode": "ro"}})
             for name, data in bundles.items():
-                self._exec_raw(["rm", "-rf", f"/{name}"])
+                self._exec_raw(["sh", "-c", CLEAR_ETC] if name == "etc" else ["rm", "-rf", f"/{name}"])
                 if data is not None and not self.container.put_archive("/", data):
                     raise SandboxError(f"could not carry /{name} into the verification container")
         finally:
             old.remove(force=True)
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
-        code, out = self._exec_raw(["sh", "-c", f"rm -rf {shlex.quote(sandbox_path)} && mkdir -p {shlex.quote(sandbox_path)}"])
+        code, out = self._exec_raw(["sh", "-c", MAKE_DIR, "sh", sandbox_path])
         if code != 0:
             raise SandboxError(f"could not reset {sandbox_path}: {out.decode(errors='replace')}")
         if host_dir is not None:
@@ -353,13 +380,49 @@ class DockerSandbox(Sandbox):
             return tar.extractfile(member).read(max_bytes)
 
     def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
-        """Copy the tests to a random hidden directory, run, delete (between the agent's turns)."""
-        where = f"/tmp/.trsi-{uuid.uuid4().hex}"
-        self.put_dir(host_tests_dir, where)
+        """Run in a separate container of the image (toolchain mounted, no network, private /tmp holding
+        the tests) with the agent's changed top-level entries bound read-only from the live container's
+        filesystem on this host: no test file ever enters the agent's container and its processes go on."""
+        import docker  # noqa: PLC0415
+        if self._agent_done:
+            raise SandboxError("progress probes run while the agent works, not after stop_processes")
         try:
-            return self.exec(make_cmd(where), timeout_sec=timeout_sec, with_pytest=True)
-        finally:
-            self._exec_raw(["rm", "-rf", where])
+            self.container.reload()
+            merged = Path(self.container.attrs["GraphDriver"]["Data"]["MergedDir"])
+            changed = {c["Path"].split("/")[1] for c in (self.container.diff() or [])}
+        except (KeyError, TypeError, docker.errors.APIError) as e:
+            raise SandboxError(f"no host path to the container's files for a probe ({e!r}); "
+                               "probes need dockerd on this machine with the overlay2 driver") from None
+        binds = {}
+        for name in sorted(changed - SYSTEM_ENTRIES - {"etc", "tmp"}):
+            host = merged / name
+            if host.is_dir() and not host.is_symlink():  # never a link: it would resolve on the host
+                binds[str(host)] = {"bind": f"/{name}", "mode": "ro"}
+        tc = toolchain.ensure()
+        where = f"/tmp/probe-{uuid.uuid4().hex}"
+        with tempfile.TemporaryDirectory(prefix="trsi-probe-") as tmp:
+            shutil.copytree(host_tests_dir, Path(tmp) / "t")
+            binds[str(Path(tmp) / "t")] = {"bind": where, "mode": "ro"}
+            binds[str(tc)] = {"bind": toolchain.MOUNT, "mode": "ro"}
+            lim = self.limits
+            try:
+                box = self.client.containers.run(
+                    self.image, ["bash", "-c", make_cmd(where)], detach=True, init=True, hostname="sandbox",
+                    working_dir=self.workdir, network_mode="none", mem_limit=f"{lim.memory_mb}m",
+                    pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
+                    environment={"PATH": f"{toolchain.SHIMS}:{self._image_path}", "HOME": "/root"},
+                    tmpfs={"/tmp": "rw,size=256m"}, volumes=binds, labels={"trsi.sandbox": self.task.task_id})
+            except docker.errors.APIError as e:
+                raise SandboxError(f"could not start a probe container from {self.image}: {e}") from None
+            try:
+                try:
+                    code, timed_out = box.wait(timeout=timeout_sec)["StatusCode"], False
+                except Exception:  # noqa: BLE001 (the docker SDK raises requests' timeout types)
+                    code, timed_out = -1, True
+                text, truncated = cap_text(box.logs(), self.limits.output_bytes)
+            finally:
+                box.remove(force=True)
+        return ExecResult(exit_code=code, output=text, timed_out=timed_out, truncated=truncated)
 
     def close(self) -> None:
         if self._closed:
