@@ -112,6 +112,37 @@ def test_sandbox_crash_and_context_overflow_are_recorded(task, tmp_path):
     assert overflow.turn_end_positions == [1199] and overflow.policy_mask[1200] == 0
 
 
+def test_infra_failures_are_excluded_from_metrics_batches_and_successes(task, tmp_path):
+    """A sandbox that cannot start and a test script that produces no result (no tests, no reward
+    file) are infrastructure failures: their own outcomes, never a success, never in a PPO batch,
+    an RSR success or a pass@k denominator, and counted."""
+    from trsi_jax import rl
+    from trsi_jax.rollout import summarize
+    from trsi_jax.rpr.batch import episodes_to_batch
+    from trsi_jax.rsr.collect import coverage, successes
+
+    crash_dir, silent_dir = tmp_path / "crash", tmp_path / "silent"
+    shutil.copytree(task.path, crash_dir)
+    shutil.copytree(task.path, silent_dir)
+    dockerfile = crash_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "\nRUN exit 3\n")
+    (silent_dir / "tests" / "test.sh").write_text("#!/bin/bash\necho the grader crashed before running\nexit 0\n")
+    crash, silent = load_task(crash_dir), load_task(silent_dir)
+    eps = run_episodes(ScriptedPolicy(scripted(task), TOK), [crash, silent, task], CommonHarness(),
+                       budgets=Budgets(max_turns=5, max_tokens=20000, wall_sec=120), show_progress=False)
+    crashed, unverified, solved = eps
+    assert crashed.outcome == "sandbox_error" and unverified.outcome == "verifier_error"
+    assert "no result" in unverified.reason and not unverified.strict and unverified.partial == 0.0
+    assert solved.outcome == "success"
+    summary = summarize(eps, ks=(1,))["all"]
+    assert summary == {"tasks": 1, "episodes": 1, "infra_failures": 2, "strict_success": 1.0,
+                       "process_reward": 1.0, "pass@1": 1.0}
+    batch, _ = episodes_to_batch(eps, [task.family], rl.FamilyStats.init(1), fdr_beta=0.0)
+    assert batch.infra_failures == 2 and batch.tokens.shape[0] == 1 and batch.tokens[0].tolist()[:5] == solved.tokens[:5]
+    assert successes({"common": eps}) == [solved]
+    assert coverage({"common": eps}, 3)["infra_failures"] == {"common": 2}
+
+
 def test_privileged_harnesses(task):
     def gives_up_then_solves(conv):
         failed = next((i for i, m in enumerate(conv) if "Verification failed" in m["content"]), None)

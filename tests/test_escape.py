@@ -122,4 +122,25 @@ def test_planted_links_never_lead_host_file_operations_out(tmp_path, backend):
     assert sorted(os.listdir(host_dir)) == ["secret"]
 
 
+# Bounding set both backends keep: chown dac_override fowner fsetid kill setgid setuid net_bind_service.
+CAP_MASK = "00000000000004fb"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_capability_bounding_set_is_cut(tmp_path, backend):
+    """Commands and the terminal's shell hold only the small capability set, bounding set included, with
+    no_new_privs: no program (file capabilities, setuid) can raise them."""
+    with make_sandbox(_task(tmp_path), backend) as sb:
+        show = "grep -E '^(CapPrm|CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -s '\\t ' ' '"
+        r = sb.exec(show + " > /tmp/caps; cat /tmp/caps")
+        want = [f"CapPrm: {CAP_MASK}", f"CapEff: {CAP_MASK}", f"CapBnd: {CAP_MASK}", "NoNewPrivs: 1"]
+        assert r.output.split("\n")[:4] == want
+        term = sb.terminal()
+        term.send_keys(show + " > /tmp/term-caps\n", 5)
+        assert sb.read_file("/tmp/term-caps").decode().split("\n")[:4] == want
+        # a binary given every file capability still runs with the small set (setcap itself is refused)
+        r = sb.exec("cp /bin/cat /tmp/c && (setcap all+ep /tmp/c 2>/dev/null; /tmp/c /proc/self/status) | grep CapEff")
+        assert r.output.split() == ["CapEff:", CAP_MASK]
+
+
 # ==== verifier integrity =============================================================================

@@ -160,3 +160,35 @@ def test_reference_kl_is_scored_and_penalised(devices8):
     batch.update(scored)
     metrics = learner.update(batch, seed=0, train_policy=True)
     assert metrics["policy/ref_kl"] > 0 and np.isfinite(metrics["policy/loss"])
+
+
+@pytest.mark.slow
+def test_learner_old_logprobs_are_the_samplers(devices8):
+    """The learner's old log-probs of sampled tokens equal what the sampler recorded when it drew
+    them at temperature 0.7 within the tokenizer's vocabulary (the model's vocab is padded past it);
+    raw temperature-1 scoring over the padded vocab would not."""
+    from trsi_jax.rollout import ByteTokenizer, ModelPolicy, SampleConfig, encode_prompt
+
+    tok = ByteTokenizer()
+    assert tok.vocab_size < CFG.vocab_size
+    mesh = make_mesh(C.MeshConfig(data=1, fsdp=8, tensor=1))
+    policy = _policy()
+    sampler = ModelPolicy(policy, tok, SampleConfig(temperature=0.7, max_new_tokens=24), max_len=128, seed=3)
+    conv = [{"role": "system", "content": "You are a shell agent."}, {"role": "user", "content": "List files."}]
+    prompt = encode_prompt(conv, tok)
+    replies = sampler.act([conv] * 8)
+    tokens, mask = np.zeros((8, 128), np.int32), np.zeros((8, 128), np.int32)
+    for b, r in enumerate(replies):
+        row = prompt + r.tokens
+        tokens[b, :len(row)], mask[b, :len(row)] = row, 1
+    batch = {"tokens": tokens, "mask": mask}
+    ppo = C.PPOConfig(minibatch_size=8)
+    matched = PPOLearner(policy, Critic.from_policy(policy), ppo, OPT, OPT, mesh, temperature=0.7,
+                         vocab_limit=tok.vocab_size).score(batch)["old_logprobs"]
+    raw = PPOLearner(_policy(), Critic.from_policy(_policy()), ppo, OPT, OPT, mesh).score(batch)["old_logprobs"]
+    worst = 0.0
+    for b, r in enumerate(replies):
+        span = slice(len(prompt), len(prompt) + len(r.tokens))
+        np.testing.assert_allclose(matched[b, span], r.logprobs, atol=2e-5, rtol=0)
+        worst = max(worst, float(np.abs(raw[b, span] - np.asarray(r.logprobs)).max()))
+    assert worst > 0.1

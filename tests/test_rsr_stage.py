@@ -53,7 +53,9 @@ def test_rsr_stage_end_to_end_and_resume(tmp_path):
                      show_progress=False)
 
     cov = report["coverage"]
-    assert cov == {"tasks": 2, "per_harness": {"common": 2, "retry": 2}, "union": 2, "union_gain_over_best": 0.0}
+    assert cov == {"tasks": 2, "per_harness": {"common": 2, "retry": 2}, "union": 2, "union_gain_over_best": 0.0,
+                   "infra_failures": {"common": 0, "retry": 0}}
+    assert report["infra_failures"] == 0 and report["replays"]["infra_failures"] == 0
     assert report["successes"] == 4
     rb = report["runbooks"]
     assert rb["written"] == rb["accepted"] + rb["rejected"] and rb["accepted"] > 0

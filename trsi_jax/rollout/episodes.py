@@ -21,7 +21,17 @@ from trsi_jax.agent.harness import CommonHarness, Session, record_progress
 from trsi_jax.rollout.chat import encode_chat, encode_prompt
 from trsi_jax.rollout.policy import Policy, Reply
 
-OUTCOMES = ("success", "failure", "turn_limit", "timeout", "context_overflow", "sandbox_error")
+OUTCOMES = ("success", "failure", "turn_limit", "timeout", "context_overflow", "sandbox_error", "verifier_error")
+# Cut by a budget, not ended by the agent (RPR's `truncation` flag decides how they are valued).
+TRUNCATED = ("turn_limit", "timeout", "context_overflow")
+# The infrastructure failed, not the policy: the sandbox broke, or the verifier produced no result
+# (crash, timeout, zero tests collected, no reward file). Such episodes carry no reward signal:
+# they are left out of PPO batches, SFT data and every success rate, and counted on their own.
+INFRA_FAILURES = ("sandbox_error", "verifier_error")
+
+
+def is_infra_failure(episode) -> bool:
+    return episode.outcome in INFRA_FAILURES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +92,11 @@ def _record(live: _Live, harness_name: str, tok, strict: bool, partial: float, t
     for k, reply in enumerate(live.replies):
         if reply.logprobs is not None:
             where = np.flatnonzero((enc.turn_ids_T == k) & (enc.policy_mask_T == 1))
-            logprobs_T[where] = reply.logprobs
+            logprobs_T[where] = reply.logprobs[enc.reply_starts[k]:]  # the ids the rendering kept
     outcome, reason = live.stop
-    if strict and outcome != "sandbox_error":
+    if outcome in INFRA_FAILURES:
+        strict, partial = False, 0.0
+    elif strict:
         outcome = "success"
     task = live.task
     return Episode(
@@ -97,21 +109,29 @@ def _record(live: _Live, harness_name: str, tok, strict: bool, partial: float, t
         wall_sec=time.monotonic() - live.start, tests=dict(tests))
 
 
-def _error_stop(e: Exception) -> tuple[str, str]:
+def _error_stop(e: Exception, outcome: str = "sandbox_error") -> tuple[str, str]:
     from trsi_jax.sandbox import SandboxError
 
-    kind = "SandboxError" if isinstance(e, SandboxError) else type(e).__name__
-    return "sandbox_error", f"{kind}: {e}"
+    if isinstance(e, SandboxError):
+        return "sandbox_error", f"SandboxError: {e}"
+    return outcome, f"{type(e).__name__}: {e}"
+
+
+def verifier_error(result) -> str | None:
+    """Why `verify` produced no result (`VerifyResult.error`), else None."""
+    return getattr(result, "error", None)
 
 
 def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backend: str = "local",
                  budgets: Budgets = Budgets(), context: Sequence[str | None] | None = None,
-                 track_progress: bool = False, concurrency: int = 8, show_progress: bool = True) -> list[Episode]:
+                 track_progress: bool = False, concurrency: int = 8, show_progress: bool = True,
+                 desc: str | None = None) -> list[Episode]:
     """Runs one episode per entry of `tasks` (repeat a task for several samples); results in order.
 
     context: optional text per task (e.g. an RSR runbook) shown to the policy after the task
       message but absent from the recorded messages and tokens.
     track_progress: probe progress after every turn (`Episode.progress`, for FDR).
+    desc: the progress bar's label (default "episodes[<harness>]").
     """
     from trsi_jax.sandbox import make_sandbox, verify
 
@@ -150,22 +170,24 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
     def finish(lv: _Live) -> Episode:
         strict, partial, tests = False, 0.0, {}
         try:
-            if lv.stop[0] != "sandbox_error":
+            if lv.stop[0] not in INFRA_FAILURES:
                 try:
                     result = verify(lv.session.sandbox, lv.task)
                     strict, partial, tests = result.strict, result.partial, result.tests
+                    if verifier_error(result):
+                        lv.stop = ("verifier_error", verifier_error(result))
                 except Exception as e:
-                    lv.stop = _error_stop(e)
+                    lv.stop = _error_stop(e, "verifier_error")
         finally:
             try:
                 lv.stack.close()
             except Exception as e:
-                if lv.stop[0] != "sandbox_error":
+                if lv.stop[0] not in INFRA_FAILURES:
                     lv.stop = _error_stop(e)
         return _record(lv, harness.name, tok, strict, partial, tests)
 
     with ThreadPoolExecutor(max(1, concurrency)) as pool, \
-            tqdm(total=len(tasks), desc=f"episodes[{harness.name}]", disable=not show_progress) as bar:
+            tqdm(total=len(tasks), desc=desc or f"episodes[{harness.name}]", disable=not show_progress) as bar:
         while pending or live:
             fresh = [pending.popleft() for _ in range(min(len(pending), concurrency - len(live)))]
             live.extend(pool.map(start, fresh))

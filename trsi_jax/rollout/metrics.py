@@ -1,11 +1,16 @@
-"""Evaluation metrics over episodes: pass@k (unbiased), strict success, process reward, per family."""
+"""Evaluation metrics over episodes: pass@k (unbiased), strict success, process reward, per family.
+
+Infrastructure failures (`episodes.INFRA_FAILURES`: the sandbox broke or the verifier produced no
+result) say nothing about the policy: they are left out of every numerator and denominator and
+counted as `infra_failures`; `tasks` and `episodes` count what was scored.
+"""
 from __future__ import annotations
 
 from collections import defaultdict
 from math import comb
 from typing import Sequence
 
-from trsi_jax.rollout.episodes import Episode
+from trsi_jax.rollout.episodes import Episode, is_infra_failure
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -16,23 +21,27 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def _summary(eps: Sequence[Episode], ks: Sequence[int]) -> dict:
+def _summary(all_eps: Sequence[Episode], ks: Sequence[int]) -> dict:
+    eps = [ep for ep in all_eps if not is_infra_failure(ep)]
     by_task: dict[str, list[Episode]] = defaultdict(list)
     for ep in eps:
         by_task[ep.task_id].append(ep)
-    out = {"tasks": len(by_task), "episodes": len(eps),
-           "strict_success": sum(ep.strict for ep in eps) / len(eps),
-           # process reward: mean over tasks of the final progress (fraction of verifier tests passed)
-           "process_reward": sum(sum(e.partial for e in t) / len(t) for t in by_task.values()) / len(by_task)}
-    n_min = min(len(t) for t in by_task.values())
+    out = {"tasks": len(by_task), "episodes": len(eps), "infra_failures": len(all_eps) - len(eps)}
+    if not eps:  # nothing was scored: no rate exists
+        return {**out, "strict_success": float("nan"), "process_reward": float("nan")}
+    out["strict_success"] = sum(ep.strict for ep in eps) / len(eps)
+    # process reward: mean over tasks of the final progress (fraction of verifier tests passed)
+    out["process_reward"] = sum(sum(e.partial for e in t) / len(t) for t in by_task.values()) / len(by_task)
     for k in ks:
-        if k <= n_min:
-            out[f"pass@{k}"] = sum(pass_at_k(len(t), sum(e.strict for e in t), k) for t in by_task.values()) / len(by_task)
+        # pass@k over the tasks with at least k scored samples (an infra failure removes a sample)
+        tasks = [t for t in by_task.values() if len(t) >= k]
+        if tasks:
+            out[f"pass@{k}"] = sum(pass_at_k(len(t), sum(e.strict for e in t), k) for t in tasks) / len(tasks)
     return out
 
 
 def summarize(episodes: Sequence[Episode], ks: Sequence[int] = (1,)) -> dict:
-    """{"all": metrics, "families": {family: metrics}}; pass@k only where every task has >= k samples."""
+    """{"all": metrics, "families": {family: metrics}}; pass@k over the tasks with >= k scored samples."""
     if not episodes:
         raise ValueError("summarize needs at least one episode")
     fams: dict[str, list[Episode]] = defaultdict(list)

@@ -1,8 +1,10 @@
 """One RPR stage: collect episodes with the policy, reward them, PPO-update policy and critic.
 
 Per update u: tasks_per_update tasks (a pure function of (seed, u)) x samples_per_task episodes
-under the common harness -> SPR/binary outcome reward + FDR per turn -> old log-probs and values
--> advantages by the selected estimator -> PPO epochs (critic alone for the first
+under the common harness -> infrastructure failures (sandbox or verifier broke) left out and
+counted -> SPR/binary outcome reward + FDR per turn (truncated episodes: terminal, or bootstrapped
+from the critic with `truncation="bootstrap"`) -> old log-probs and values under the sampling
+distribution (temperature, vocab limit) -> advantages by the selected estimator -> PPO epochs (critic alone for the first
 `critic_warmup_updates` updates of the stage) -> metrics -> Orbax checkpoint of `params` (the
 policy), `critic`, `policy_opt`, `critic_opt`, `fdr_stats` with run metadata. A killed run resumes from
 its latest checkpoint; the next update's tasks and sampling seed do not depend on the past.
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from flax import nnx
+from tqdm.auto import tqdm
 
 from trsi_jax import rl, sharding
 from trsi_jax.agent import make_harness
@@ -26,7 +29,8 @@ from trsi_jax.config import ModelConfig, RPRConfig, model_preset
 from trsi_jax.metrics import MetricsWriter
 from trsi_jax.models import Critic, Qwen
 from trsi_jax.rollout import Budgets, ModelPolicy, SampleConfig, run_episodes, summarize
-from trsi_jax.rpr.batch import episodes_to_batch
+from trsi_jax.rollout.episodes import is_infra_failure
+from trsi_jax.rpr.batch import bootstrap_truncated, episodes_to_batch
 from trsi_jax.rpr.handoff import checkpoint_source, load_policy, write_handoff
 from trsi_jax.train.checkpoint import Checkpointer
 from trsi_jax.train.ppo import ITEMS, PPOLearner
@@ -75,12 +79,15 @@ def _fdr_from_tree(tree: dict[str, Any]) -> rl.FamilyStats:
 def _metrics(batch, episodes, scored, adv, ret, ppo_metrics, rollout_sec, warmup) -> dict[str, float]:
     summary = summarize(episodes)["all"]
     pm = batch.policy_mask.astype(bool)
+    real = batch.real
     out = {
-        "rollout/reward": float(batch.rewards.sum(axis=1).mean()),
-        "rollout/outcome_reward": float(batch.outcome_rewards.mean()),
-        "rollout/fdr_reward": float(batch.turn_rewards.sum(axis=1).mean()),
+        "rollout/reward": float(batch.rewards[real].sum(axis=1).mean()),
+        "rollout/outcome_reward": float(batch.outcome_rewards[real].mean()),
+        "rollout/fdr_reward": float(batch.turn_rewards[real].sum(axis=1).mean()),
         "rollout/strict_success": summary["strict_success"],
         "rollout/process_reward": summary["process_reward"],
+        "rollout/infra_failures": float(batch.infra_failures),
+        "rollout/truncated": float(batch.truncated[real].sum()),
         "rollout/turns": float(np.mean([e.num_turns for e in episodes])),
         "rollout/parse_errors": float(np.mean([e.parse_errors for e in episodes])),
         "rollout/policy_tokens": float(pm.sum()),
@@ -109,9 +116,12 @@ class StageSetup:
 
 
 def setup_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, families: Sequence[str], mesh, *,
-              init_checkpoint: str | None = None, critic_checkpoint: str | None = None) -> StageSetup:
+              init_checkpoint: str | None = None, critic_checkpoint: str | None = None,
+              vocab_limit: int = 0) -> StageSetup:
     """Builds policy, critic and optimizers on `mesh`; resumes from `workdir/checkpoints` if it
-    holds a checkpoint, else (with `inherit_critic`) restores the previous RPR stage's critic."""
+    holds a checkpoint, else (with `inherit_critic`) restores the previous RPR stage's critic.
+    vocab_limit: the tokenizer's vocabulary (ids the sampler can draw); the learner scores
+    tokens at the rollout temperature within it."""
     if cfg.inherit_critic and not critic_checkpoint:
         raise ValueError(f"{stage_name(cfg)}: inherit_critic needs critic_checkpoint (the previous RPR "
                          "stage's checkpoint folder), or set --rpr.inherit_critic=false")
@@ -129,7 +139,8 @@ def setup_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, families: Se
         critic = nnx.jit(lambda: Critic(critic_cfg, rngs=nnx.Rngs(cfg.seed + 1)))()
     else:
         critic = Critic.from_policy(policy, seed=cfg.seed + 1)
-    learner = PPOLearner(policy, critic, cfg.ppo, cfg.policy_optim, cfg.critic_optim, mesh, reference=reference)
+    learner = PPOLearner(policy, critic, cfg.ppo, cfg.policy_optim, cfg.critic_optim, mesh, reference=reference,
+                         temperature=cfg.temperature, vocab_limit=vocab_limit)
     fdr_stats = rl.FamilyStats.init(len(families))
     ckpt = Checkpointer(os.path.join(workdir, CHECKPOINTS), max_to_keep=cfg.max_to_keep)
 
@@ -179,8 +190,13 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
         raise ValueError("run_rpr: no training tasks")
     estimator = rl.get_advantage_estimator(cfg.advantage)
     mesh = mesh if mesh is not None else sharding.make_mesh(cfg.mesh)
+    if cfg.top_p < 1:
+        logging.warning("%s: top_p=%s: PPO scores tokens under the tempered distribution before the "
+                        "nucleus cut, so the ratio's old policy is not exactly the sampler's", stage_name(cfg),
+                        cfg.top_p)
     setup = setup_rpr(cfg, model_cfg, workdir, {t.family for t in tasks}, mesh,
-                      init_checkpoint=init_checkpoint, critic_checkpoint=critic_checkpoint)
+                      init_checkpoint=init_checkpoint, critic_checkpoint=critic_checkpoint,
+                      vocab_limit=tokenizer.vocab_size)
     learner, fdr_stats, families, ckpt, resumed = (setup.learner, setup.fdr_stats, setup.families,
                                                    setup.ckpt, setup.resumed)
     is_main = jax.process_index() == 0
@@ -195,6 +211,7 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
     start = resumed or 0
     end = cfg.updates if stop_after is None else min(stop_after, cfg.updates)
     metrics: dict[str, float] = {}
+    bar = tqdm(total=end, initial=start, desc=stage_name(cfg), unit="update", disable=not (progress and is_main))
     try:
         for update in range(start, end):
             t0 = time.perf_counter()
@@ -202,34 +219,48 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
             policy = ModelPolicy(learner.policy(), tokenizer, sample_cfg, max_len=cfg.max_len,
                                  seed=cfg.seed * 1_000_003 + update)
             episodes = run_episodes(policy, chosen, harness, backend=cfg.backend, budgets=budgets,
-                                    track_progress=cfg.fdr_beta > 0, show_progress=progress)
+                                    track_progress=cfg.fdr_beta > 0, show_progress=False)
             rollout_sec = time.perf_counter() - t0
-            batch, fdr_stats = episodes_to_batch(
-                episodes, families, fdr_stats, reward=cfg.reward, kappa=cfg.kappa,
-                fdr_beta=cfg.fdr_beta, fdr_clip=cfg.fdr_clip)
-            arrays = {"tokens": batch.tokens, "mask": batch.mask, "policy_mask": batch.policy_mask}
-            scored = learner.score(arrays)
-            adv, ret = jax.device_get(estimator(
-                jnp.asarray(batch.rewards), jnp.asarray(scored["old_values"]), jnp.asarray(batch.policy_mask),
-                jnp.asarray(batch.turn_ids), cfg.gamma_tok, cfg.lam_tok, cfg.gamma_turn, cfg.lam_turn))
             warmup = update < cfg.critic_warmup_updates
-            ppo_metrics = learner.update({**arrays, **scored, "advantages": adv, "returns": ret},
-                                         seed=cfg.seed * 1_000_003 + update, train_policy=not warmup)
-            metrics = _metrics(batch, episodes, scored, adv, ret, ppo_metrics, rollout_sec, warmup)
+            if all(is_infra_failure(e) for e in episodes):  # nothing to learn from: no step at all
+                logging.warning("%s update %d: every episode failed in the sandbox or verifier (%s); "
+                                "no PPO step", stage_name(cfg), update + 1, episodes[0].reason)
+                metrics = {"rollout/infra_failures": float(len(episodes)), "skipped": 1.0}
+            else:
+                batch, fdr_stats = episodes_to_batch(
+                    episodes, families, fdr_stats, reward=cfg.reward, kappa=cfg.kappa, fdr_beta=cfg.fdr_beta,
+                    fdr_clip=cfg.fdr_clip, truncation=cfg.truncation, row_multiple=cfg.ppo.minibatch_size)
+                arrays = {"tokens": batch.tokens, "mask": batch.mask, "policy_mask": batch.policy_mask}
+                scored = learner.score(arrays)
+                rewards = batch.rewards
+                if cfg.truncation == "bootstrap":
+                    rewards = bootstrap_truncated(rewards, batch.policy_mask, batch.truncated,
+                                                  scored["cut_values"], cfg.gamma_turn)
+                adv, ret = jax.device_get(estimator(
+                    jnp.asarray(rewards), jnp.asarray(scored["old_values"]), jnp.asarray(batch.policy_mask),
+                    jnp.asarray(batch.turn_ids), cfg.gamma_tok, cfg.lam_tok, cfg.gamma_turn, cfg.lam_turn))
+                ppo_metrics = learner.update({**arrays, **scored, "advantages": adv, "returns": ret},
+                                             seed=cfg.seed * 1_000_003 + update, train_policy=not warmup)
+                metrics = _metrics(batch, episodes, scored, adv, ret, ppo_metrics, rollout_sec, warmup)
             metrics["update_seconds"] = time.perf_counter() - t0
             done = update + 1
             writer.write(done, metrics)
-            logging.info("%s update %d/%d%s: reward %.3f success %.2f process %.2f clip %.3f ev %.3f (%.1fs)",
-                         stage_name(cfg), done, cfg.updates, " [critic warm-up]" if warmup else "",
-                         metrics["rollout/reward"], metrics["rollout/strict_success"],
-                         metrics["rollout/process_reward"], metrics.get("policy/clip_frac", 0.0),
-                         metrics.get("critic/explained_variance", 0.0), metrics["update_seconds"])
+            bar.update(1)
+            bar.set_postfix(success=f"{metrics.get('rollout/strict_success', 0.0):.2f}",
+                            reward=f"{metrics.get('rollout/reward', 0.0):.3f}")
+            logging.info("%s update %d/%d%s: reward %.3f success %.2f process %.2f clip %.3f ev %.3f "
+                         "infra failures %d (%.1fs)", stage_name(cfg), done, cfg.updates,
+                         " [critic warm-up]" if warmup else "", metrics.get("rollout/reward", 0.0),
+                         metrics.get("rollout/strict_success", 0.0), metrics.get("rollout/process_reward", 0.0),
+                         metrics.get("policy/clip_frac", 0.0), metrics.get("critic/explained_variance", 0.0),
+                         metrics["rollout/infra_failures"], metrics["update_seconds"])
             if done % cfg.checkpoint_every == 0 or done == cfg.updates:
                 ckpt.save(done, {**learner.items(), "fdr_stats": _fdr_to_tree(fdr_stats)}, {
                     "kind": "rpr", "stage": cfg.stage, "seed": cfg.seed, "families": families,
                     "model_cfg": dataclasses.asdict(model_cfg), "critic_cfg": dataclasses.asdict(setup.critic_cfg),
                     "rpr_cfg": dataclasses.asdict(cfg), "metrics": metrics})
     finally:
+        bar.close()
         writer.close()
         ckpt.close()
     return RPRResult(updates=max(end, start), resumed_from=resumed, checkpoint_dir=ckpt.directory,

@@ -1,6 +1,7 @@
 """Collect: run the policy on the training tasks under H harnesses; keep verified successes.
 
-Coverage counts distinct tasks solved (strict success) by each harness and by their union.
+Coverage counts distinct tasks solved (strict success) by each harness and by their union, and
+the episodes per harness whose sandbox or verifier failed (never successes, never SFT data).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Sequence
 
 from trsi_jax.agent import make_harness
 from trsi_jax.rollout import Budgets, Episode, load_episodes, run_episodes, save_episodes
+from trsi_jax.rollout.episodes import is_infra_failure
 
 
 def collect(policy, tasks: Sequence, harnesses: Sequence[str], samples: int, backend: str, budgets: Budgets,
@@ -23,7 +25,7 @@ def collect(policy, tasks: Sequence, harnesses: Sequence[str], samples: int, bac
             continue
         episodes = run_episodes(policy, [t for t in tasks for _ in range(samples)], make_harness(name),
                                 backend=backend, budgets=budgets, track_progress=False,
-                                show_progress=show_progress)
+                                show_progress=show_progress, desc=f"collect[{name}]")
         save_episodes(episodes, path)
         open(os.path.join(path, ".done"), "w").close()
         out[name] = episodes
@@ -36,7 +38,7 @@ def successes(by_harness: dict[str, list[Episode]]) -> list[Episode]:
     for name, episodes in by_harness.items():
         for ep in episodes:
             key = (ep.task_id, name, tuple(m["content"] for m in ep.messages))
-            if ep.strict and key not in seen:
+            if ep.strict and not is_infra_failure(ep) and key not in seen:
                 seen.add(key)
                 out.append(ep)
     return out
@@ -52,4 +54,5 @@ def coverage(by_harness: dict[str, list[Episode]], num_tasks: int) -> dict:
         "per_harness": {name: len(v) for name, v in solved.items()},
         "union": len(union),
         "union_gain_over_best": (len(union) - best) / best if best else None,
+        "infra_failures": {name: sum(map(is_infra_failure, eps)) for name, eps in by_harness.items()},
     }

@@ -24,7 +24,8 @@ def reason_kind(source: str, reason: str) -> str:
 
 
 def build_report(stage: int, coverage: dict, successes: int, records: Sequence[dict], plan_failures: int,
-                 replays: int, verified: int, examples: int, dropped: Sequence[dict], sft: dict | None) -> dict:
+                 replays: int, verified: int, examples: int, dropped: Sequence[dict], sft: dict | None,
+                 replay_infra_failures: int = 0) -> dict:
     by_reason: collections.Counter = collections.Counter()
     revisions = 0
     for rec in records:
@@ -47,7 +48,8 @@ def build_report(stage: int, coverage: dict, successes: int, records: Sequence[d
             "revisions": revisions,
             "rejections_by_reason": dict(sorted(by_reason.items())),
         },
-        "replays": {"run": replays, "verified": verified},
+        "replays": {"run": replays, "verified": verified, "infra_failures": replay_infra_failures},
+        "infra_failures": sum(coverage.get("infra_failures", {}).values()) + replay_infra_failures,
         "sft_examples": examples,
         "sft_examples_dropped": len(dropped),
         "rewrite_ratio": examples / successes if successes else None,
@@ -72,6 +74,7 @@ def format_table(report: dict) -> str:
     ratio = report["rewrite_ratio"]
     rows += [("runbooks accepted", rb["accepted"]), ("  after revision", rb["accepted_after_revision"]),
              ("replays run", report["replays"]["run"]), ("replays verified", report["replays"]["verified"]),
+             ("infra failures (left out)", report["infra_failures"]),
              ("SFT examples", report["sft_examples"]), ("SFT examples dropped", report["sft_examples_dropped"]),
              ("rewritten / successes", "n/a" if ratio is None else f"{ratio:.2f}"),
              ("paper: rewritten / successes", f"{report['paper_rewrite_ratio']:.2f} (11094 / 2001)")]

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from trsi_jax.agent import ReplyError, parse_reply
 from trsi_jax.rollout import encode_chat
+from trsi_jax.rollout.episodes import is_infra_failure
 from trsi_jax.rsr.leak_scan import LeakScanner
 from trsi_jax.rsr.runbook import HEADER, Runbook
 from trsi_jax.train.data import SFTExample
@@ -57,7 +58,7 @@ def build_examples(replays: Sequence[dict], scanners: dict, tokenizer) -> tuple[
     examples, dropped = [], []
     for rec in replays:
         ep = rec["episode"]
-        if not ep.strict:
+        if not ep.strict or is_infra_failure(ep):  # only verified successes of a working sandbox
             continue
         messages = [{"role": m["role"], "content": m["content"]} for m in ep.messages]
         reasons = contamination(messages, rec["runbook"], scanners[ep.task_id])

@@ -26,6 +26,7 @@ from flax import nnx
 from trsi_jax import sharding as sharding_lib
 from trsi_jax.config import ModelConfig, RSRConfig
 from trsi_jax.rollout import Budgets, ModelPolicy, SampleConfig, load_episodes, save_episodes
+from trsi_jax.rollout.episodes import is_infra_failure
 from trsi_jax.rsr import collect as collect_lib
 from trsi_jax.rsr import sft_data
 from trsi_jax.rsr.critic import LeakScanCritic, ModelCritic, review_with_revision
@@ -79,8 +80,10 @@ def load_policy_model(model_cfg: ModelConfig, mesh, init_checkpoint: str | None,
 
 
 def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequence, tokenizer,
-            init_checkpoint: str | None = None, mesh=None, collect_policy=None, show_progress: bool = True) -> dict:
-    """Runs (or resumes) the stage; returns the report dict (also written to report.json).
+            init_checkpoint: str | None = None, mesh=None, collect_policy=None, show_progress: bool = True,
+            print_table: bool = True) -> dict:
+    """Runs (or resumes) the stage; returns the report dict (also written to report.json and,
+    with `print_table`, printed as a table).
 
     collect_policy: what collects successes instead of the policy being trained (a scripted
       solver in tests and demos); the planner, critic, executor and SFT are unchanged.
@@ -199,9 +202,9 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
     report = build_report(
         cfg.stage, coverage, len(wins), [r for r in records if r["runbook"] is not None], plan_failures,
         replays=len(replayed), verified=sum(ep.strict for ep in replayed), examples=len(examples),
-        dropped=dropped, sft=sft_summary)
+        dropped=dropped, sft=sft_summary, replay_infra_failures=sum(map(is_infra_failure, replayed)))
     report["checkpoint_dir"] = ckpt_dir
     write_report(report, os.path.join(workdir, "report.json"))
-    if jax.process_index() == 0:
+    if print_table and jax.process_index() == 0:
         print(format_table(report))
     return report

@@ -161,13 +161,15 @@ class LocalSandbox(Sandbox):
         if not self.task.allow_internet:
             a += ["--unshare-net"]
         a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        for cap in CAPS:
+        for cap in CAPS + ("CAP_SETPCAP",):  # setpcap: only for setpriv below, which drops it
             a += ["--cap-add", cap]
         a += ["--clearenv"]
         for k, v in env.items():
             a += ["--setenv", k, v]
         a += ["--chdir", cwd, "--"]
         lim = self.limits
+        keep = ",".join("+" + c[4:].lower() for c in CAPS)  # bwrap leaves the bounding set full: cut it
+        a += ["setpriv", f"--bounding-set=-all,{keep}", f"--inh-caps=-all,{keep}", f"--ambient-caps=-all,{keep}", "--"]
         a += ["prlimit", f"--cpu={lim.cpu_sec}", f"--fsize={lim.file_size_mb << 20}", f"--nofile={lim.nofile}",
               "--core=0"]
         if self.cgroup is None:  # no cgroup to cap memory: cap each process's address space
@@ -179,8 +181,19 @@ class LocalSandbox(Sandbox):
         return a
 
     def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        """Start argv (a `_bwrap` command line); bwrap reads its arguments from a memfd (`--args`), so
+        the sandbox's /proc/1/cmdline shows `bwrap --args N`, not host paths."""
+        i = argv.index("bwrap")
+        j = next(k for k in range(i, len(argv) - 2) if argv[k] == "--chdir" and argv[k + 2] == "--") + 2
+        fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+        try:
+            os.write(fd, b"".join(x.encode() + b"\0" for x in argv[i + 1:j]))
+            os.lseek(fd, 0, os.SEEK_SET)
+            proc = subprocess.Popen(argv[:i + 1] + ["--args", str(fd)] + argv[j:], stdin=stdin, stdout=stdout,
+                                    stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(fd,),
+                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        finally:
+            os.close(fd)
         with self._lock:
             self._procs.add(proc)
         return proc

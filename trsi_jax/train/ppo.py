@@ -181,7 +181,11 @@ class PPOLearner:
         return token_logprobs(self._logits(params, rest, mb), mb["tokens"])
 
     def _values_fn(self, params, rest, mb):
-        return action_values(nnx.merge(self.critic_def, params, rest)(mb["tokens"], mb["mask"]))
+        """(action-aligned values [B, T], V of the whole recorded sequence [B]: the critic's output
+        at each row's last real token, the value of the state where a truncated episode was cut)."""
+        raw_BT = nnx.merge(self.critic_def, params, rest)(mb["tokens"], mb["mask"]).astype(jnp.float32)
+        last_B = jnp.sum(mb["mask"], axis=1) - 1
+        return action_values(raw_BT), jnp.take_along_axis(raw_BT, last_B[:, None], axis=1)[:, 0]
 
     def _policy_loss(self, params, rest, mb):
         cfg = self.cfg
@@ -225,12 +229,14 @@ class PPOLearner:
 
     def score(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Behaviour log-probs and values (and reference log-probs) of a rollout batch, computed
-        with the training forward so that the first PPO ratio is exactly 1."""
+        with the training forward so that the first PPO ratio is exactly 1, plus `cut_values` [B]
+        (the value of each row's final state, for bootstrapping truncated episodes)."""
         parts = []
         for idx in self._minibatches(batch["tokens"].shape[0], None):
             mb = self._put({k: batch[k][idx] for k in ("tokens", "mask")})
+            values, cut = self._values(self.critic_params, self.critic_rest, mb)
             out = {"old_logprobs": self._logprobs(self.policy_params, self.policy_rest, mb),
-                   "old_values": self._values(self.critic_params, self.critic_rest, mb)}
+                   "old_values": values, "cut_values": cut}
             if self.ref_params is not None:
                 out["ref_logprobs"] = self._logprobs(self.ref_params, self.ref_rest, mb)
             parts.append(jax.device_get(out))
