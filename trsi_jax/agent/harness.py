@@ -34,20 +34,25 @@ class Session:
     turns: int = 0
     parse_errors: int = 0
     pending_complete: bool = False
-    progress: list[float] = dataclasses.field(default_factory=list)  # one entry per turn when probed
+    progress: list[float | None] = dataclasses.field(default_factory=list)  # per turn when probed (None: unmeasured)
     retries: int = 0
     ran_commands: bool = False  # whether the latest turn sent any keystrokes
     unprobed: bool = True  # keystrokes were sent since progress was last probed (or never probed)
 
 
-def record_progress(session: Session) -> float:
+def record_progress(session: Session) -> float | None:
     """Progress after the current turn via `probe_progress`, probed at most once per turn and
-    reused when no keystrokes were sent since the last probe (nothing can have changed)."""
-    from trsi_jax.sandbox import probe_progress
+    reused when no keystrokes were sent since the last probe (nothing can have changed). None when it
+    could not be measured: a failed probe is recorded as such and never ends the episode."""
+    from trsi_jax.sandbox import SandboxError, probe_progress
 
     if len(session.progress) < session.turns:
         if session.unprobed or not session.progress:
-            value = float(probe_progress(session.sandbox, session.task))
+            try:
+                value = probe_progress(session.sandbox, session.task)
+            except SandboxError:
+                value = None
+            value = None if value is None else float(value)
             session.unprobed = False
         else:
             value = session.progress[-1]

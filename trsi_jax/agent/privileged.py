@@ -20,6 +20,8 @@ class VerifierFeedbackHarness(CommonHarness):
 
     def after_turn(self, session: Session) -> str:
         p = record_progress(session)
+        if p is None:  # the probe could not measure it this turn
+            return "Verifier feedback: not available this turn."
         return f"Verifier feedback: {p:.0%} of the progress checks pass."
 
 
@@ -35,7 +37,7 @@ class RetryHarness(CommonHarness):
 
     def on_complete(self, session: Session) -> str | None:
         p = record_progress(session)
-        if p >= 1.0 or session.retries >= self.max_retries:
+        if p is None or p >= 1.0 or session.retries >= self.max_retries:  # None: unmeasured, no retry
             return None
         session.retries += 1
         session.max_turns += self.extra_turns

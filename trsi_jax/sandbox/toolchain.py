@@ -26,6 +26,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from trsi_jax.sandbox.base import SandboxError
+
 MOUNT = "/.trsi"  # where the toolchain appears inside a sandbox (a name the agent's files never use)
 SHIMS = f"{MOUNT}/shims"
 PYTHON = f"{MOUNT}/bin/trsi-python"
@@ -38,7 +40,7 @@ VERSION = "1"  # bump when the layout below changes
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(SandboxError):
     """The verifier toolchain is not built and could not be built here."""
 
 
