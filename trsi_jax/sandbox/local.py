@@ -180,7 +180,8 @@ class LocalSandbox(Sandbox):
             a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + a
         return a
 
-    def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL) -> subprocess.Popen:
+    def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+               stderr=subprocess.STDOUT) -> subprocess.Popen:
         """Start argv (a `_bwrap` command line); bwrap reads its arguments from a memfd (`--args`), so
         the sandbox's /proc/1/cmdline shows `bwrap --args N`, not host paths."""
         i = argv.index("bwrap")
@@ -190,7 +191,7 @@ class LocalSandbox(Sandbox):
             os.write(fd, b"".join(x.encode() + b"\0" for x in argv[i + 1:j]))
             os.lseek(fd, 0, os.SEEK_SET)
             proc = subprocess.Popen(argv[:i + 1] + ["--args", str(fd)] + argv[j:], stdin=stdin, stdout=stdout,
-                                    stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(fd,),
+                                    stderr=stderr, start_new_session=True, pass_fds=(fd,),
                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         finally:
             os.close(fd)
@@ -206,8 +207,9 @@ class LocalSandbox(Sandbox):
 
         def keeper():
             try:
-                box["proc"] = self._spawn(argv, stdout=subprocess.PIPE if stdin == subprocess.PIPE else
-                                          subprocess.DEVNULL, stdin=stdin)
+                piped = stdin == subprocess.PIPE  # a client loop: stdout is its answers, stderr dropped
+                box["proc"] = self._spawn(argv, stdout=subprocess.PIPE if piped else subprocess.DEVNULL, stdin=stdin,
+                                          stderr=subprocess.DEVNULL if piped else subprocess.STDOUT)
             except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
                 box["error"] = e
             ready.set()

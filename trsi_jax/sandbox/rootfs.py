@@ -135,7 +135,10 @@ class RootFS:
     def dir_fd(self, sandbox_path: str, create: bool):
         """A descriptor of sandbox directory `sandbox_path`, walked from the root one component at a time
         without following symlinks; with `create`, whatever non-directory is in the way is replaced."""
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise SandboxError(f"sandbox root {self.root} vanished ({e.strerror})") from None
         try:
             for p in self._parts(sandbox_path):
                 try:
