@@ -2,11 +2,14 @@
 paper's control — plain SFT on the raw successful trajectories RSR-1 collected, from the same
 base policy with the same SFT schedule — evaluated on the same held-out tasks.
 
-    JAX_PLATFORMS=cpu python -m benchmarks.bench_pipeline --seeds=0,1 --workdir=runs/bench
+    JAX_PLATFORMS=cpu python -m benchmarks.bench_pipeline --seeds=0,1,2 --workdir=runs/bench
 
-Prints, per seed, the per-stage held-out table with the control row and the wall time, then the
-two comparisons the method claims: strict success base -> RPR-2, and RSR-1 vs raw-trajectory SFT.
-Finished stages are reused on a re-run (the pipeline skips them).
+Prints one line per seed, then the demo's tables over the seeds (each cell the mean ± the
+half-width of the 95% t-interval): held-out results per stage with the raw-SFT control row, the
+RSR coverage and runbook counts, and the issue's targets (paired differences per seed). Writes
+`report.png` (strict success and process reward per stage, with intervals) and `bench.json` into
+--workdir. Finished stages are reused on a re-run (the pipeline skips them; their time is not
+re-measured).
 """
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import jax
 from absl import app, flags
 
 from experiments import common
-from trsi_jax.pipeline.config import pipeline_preset
-from trsi_jax.pipeline.evaluate import evaluate_policy, format_table
-from trsi_jax.pipeline.run import Pipeline
+from trsi_jax.pipeline import report as report_lib
+from trsi_jax.pipeline.config import PipelineConfig, pipeline_preset
+from trsi_jax.pipeline.evaluate import evaluate_policy
+from trsi_jax.pipeline.run import RSR_STAGES, Pipeline, quiet_library_logs
 from trsi_jax.rollout import load_episodes, load_tokenizer
 from trsi_jax.rpr.handoff import load_policy
 from trsi_jax.train.data import SFTExample
@@ -30,7 +34,10 @@ from trsi_jax.train.sft import SFTTrainer
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0"], "pipeline seeds (model init, task schedules, sampling)")
 flags.DEFINE_string("preset", "demo", "pipeline preset")
+flags.DEFINE_string("tokenizer", "byte", "'byte' or an HF tokenizer folder (as experiments.pipeline)")
 common.define_runtime_flags()
+common.define_config_flags("pipeline", PipelineConfig)
+CONTROL = "raw-sft (control)"
 
 
 def with_seed(cfg, seed: int):
@@ -56,7 +63,7 @@ def raw_sft_control(pipe: Pipeline) -> dict:
     result = evaluate_policy(policy, pipe.heldout_tasks, pipe.tokenizer, samples=cfg.eval_samples,
                              temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
                              max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len, backend=cfg.backend,
-                             seed=cfg.seed, show_progress=pipe.show_progress)
+                             seed=cfg.seed, show_progress=pipe.show_progress, desc="eval[raw-sft]")
     result["raw_examples"] = len(raw)
     os.makedirs(out_dir, exist_ok=True)
     with open(done, "w") as f:
@@ -64,33 +71,67 @@ def raw_sft_control(pipe: Pipeline) -> dict:
     return result
 
 
+def _strict(run: dict, stage: str) -> float:
+    return run[stage]["all"]["strict_success"]
+
+
+def targets(evals: list[dict], rsrs: list[dict]) -> str:
+    """The issue's targets, each as the measured mean ± 95% interval over seeds (differences
+    paired per seed) and whether it is met."""
+    def line(name, values, ok):
+        mean, half = report_lib.mean_ci(values)
+        interval = "" if half != half else f" ± {half:.3f}"
+        return f"{'met   ' if ok(mean) else 'MISSED'} {name}: {mean:.3f}{interval} (n={len(values)})"
+
+    rsr1 = [r["rsr-1"] for r in rsrs]
+    return "\n".join([
+        line("base held-out strict success in [0.05, 0.50]", [_strict(e, "base") for e in evals],
+             lambda m: 0.05 <= m <= 0.50),
+        line("RPR-2 minus base strict success >= 0.15", [_strict(e, "rpr-2") - _strict(e, "base") for e in evals],
+             lambda m: m >= 0.15),
+        line("RSR-1 minus raw-SFT control strict success > 0",
+             [_strict(e, "rsr-1") - _strict(e, CONTROL) for e in evals], lambda m: m > 0),
+        line("RSR-1 tasks solved by the union minus the best single harness > 0",
+             [r["coverage"]["union"] - max(r["coverage"]["per_harness"].values(), default=0) for r in rsr1],
+             lambda m: m > 0),
+        line("RSR-1 runbooks accepted after a critic rejection >= 1",
+             [r["runbooks"]["accepted_after_revision"] for r in rsr1], lambda m: m >= 1),
+    ])
+
+
 def main(argv):
     del argv
     common.init_runtime()
-    tokenizer = load_tokenizer("byte")
-    rows = []
+    quiet_library_logs()
+    tokenizer = load_tokenizer(FLAGS.tokenizer)
+    preset = common.config_from_flags("pipeline", pipeline_preset(FLAGS.preset))
+    evals, rsrs, walls = [], [], []
+    main_process = jax.process_index() == 0
     for seed in map(int, FLAGS.seeds):
-        cfg = with_seed(pipeline_preset(FLAGS.preset), seed)
         start = time.perf_counter()
-        pipe = Pipeline(cfg, common.model_config_from_flags(), os.path.join(FLAGS.workdir, f"seed{seed}"), tokenizer)
+        pipe = Pipeline(with_seed(preset, seed), common.model_config_from_flags(),
+                        os.path.join(FLAGS.workdir, f"seed{seed}"), tokenizer)
         report = pipe.run()
         control = raw_sft_control(pipe)
-        wall = time.perf_counter() - start
-        table = dict(report["eval"])
-        table["raw-sft (control)"] = control
-        strict = {k: v["all"]["strict_success"] for k, v in table.items()}
-        process = {k: v["all"]["process_reward"] for k, v in table.items()}
-        rows.append((seed, strict, process, wall, control["raw_examples"]))
-        if jax.process_index() == 0:
-            print(f"\n== seed {seed}: wall {wall:.0f} s (stages reused from earlier runs are not re-timed)")
-            print(format_table(table))
-    if jax.process_index() != 0:
+        walls.append(time.perf_counter() - start)
+        evals.append({**report["eval"], CONTROL: control})
+        rsrs.append({s: report["stages"][s] for s in RSR_STAGES})
+        if main_process:
+            print(f"== seed {seed}: wall {walls[-1]:.0f} s, control trained on {control['raw_examples']} raw "
+                  f"successes; base -> rpr-2 strict {_strict(evals[-1], 'base'):.3f} -> "
+                  f"{_strict(evals[-1], 'rpr-2'):.3f}", flush=True)
+    if not main_process:
         return
-    print("\nseed | strict base -> rpr-2 | strict rsr-1 vs raw-sft | process rsr-1 vs raw-sft | raw examples | wall s")
-    for seed, strict, process, wall, n_raw in rows:
-        print(f"{seed:4d} | {strict['base']:.3f} -> {strict['rpr-2']:.3f} | "
-              f"{strict['rsr-1']:.3f} vs {strict['raw-sft (control)']:.3f} | "
-              f"{process['rsr-1']:.3f} vs {process['raw-sft (control)']:.3f} | {n_raw:12d} | {wall:.0f}")
+    n = len(evals)
+    title = f"mean ± 95% t-interval over {n} seed(s)" if n > 1 else "one seed"
+    print(f"\nHeld-out evaluation per stage ({title}):\n" + report_lib.eval_table(evals))
+    print(f"\nRSR stages ({title}):\n" + report_lib.rsr_table(rsrs))
+    print("\nTargets (issue 14):\n" + targets(evals, rsrs))
+    print(f"\nwall per seed: {report_lib.cell(walls, 0)} s (reused stages are not re-timed)")
+    report_lib.plot(evals, os.path.join(FLAGS.workdir, "report.png"), f"Terminal-RSI per stage ({title})")
+    with open(os.path.join(FLAGS.workdir, "bench.json"), "w") as f:
+        json.dump({"seeds": [int(s) for s in FLAGS.seeds], "eval": evals, "rsr": rsrs, "wall_sec": walls}, f,
+                  indent=2)
 
 
 if __name__ == "__main__":

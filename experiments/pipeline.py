@@ -29,13 +29,16 @@ common.define_config_flags("pipeline", PipelineConfig)
 def main(argv):
     del argv
     common.init_runtime()
-    from trsi_jax.pipeline.run import Pipeline
+    from trsi_jax.pipeline.run import Pipeline, quiet_library_logs
+
+    quiet_library_logs()  # progress bars and one line per stage, not library INFO logs
     from trsi_jax.rollout import load_tokenizer
 
     cfg = common.config_from_flags("pipeline", pipeline_preset(FLAGS.preset))
     report = Pipeline(cfg, common.model_config_from_flags(), FLAGS.workdir, load_tokenizer(FLAGS.tokenizer)).run()
     if jax.process_index() == 0:
         print("\nHeld-out evaluation per stage (" + FLAGS.workdir + "):\n" + report["table"])
+        print("\nRSR stages:\n" + report["rsr_table"] + "\n\nplot: " + FLAGS.workdir + "/" + report["plot"])
     logging.info("pipeline done: %s", FLAGS.workdir)
 
 

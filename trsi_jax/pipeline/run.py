@@ -3,9 +3,12 @@
 Each stage runs in its own folder under the pipeline workdir and reads the previous stage's
 checkpoint folder; RPR-2 also inherits RPR-1's critic. A stage whose `stage.done.json` exists is
 skipped on re-run (a killed stage resumes from its own checkpoints), and so is an evaluation
-whose `eval.json` exists. After every stage its policy is evaluated on the held-out split; the
-final table (pass@k, strict success, process reward, per family) goes to `report.json`,
-`report.md` and stdout. `handoff.json` records which checkpoint each stage started from.
+whose `eval.json` exists. After every stage its policy is evaluated on the held-out split and
+one line per stage is printed; at the end the per-stage table (pass@k, strict success, process
+reward, per family), the RSR table (coverage per harness and union, runbooks written / rejected
+/ revised / accepted) and `report.png` (held-out strict success and process reward per stage)
+go to `report.json`, `report.md` and stdout. `handoff.json` records which checkpoint each stage
+started from.
 """
 from __future__ import annotations
 
@@ -24,12 +27,25 @@ from trsi_jax.config import ModelConfig, RPRConfig, RSRConfig
 from trsi_jax.models import Qwen
 from trsi_jax.pipeline.bootstrap import bootstrap
 from trsi_jax.pipeline.config import PipelineConfig
-from trsi_jax.pipeline.evaluate import evaluate_policy, format_table
+from trsi_jax.pipeline import report as report_lib
+from trsi_jax.pipeline.evaluate import evaluate_policy
 from trsi_jax.rpr.handoff import checkpoint_source, load_policy, read_handoff, write_handoff, write_json
 from trsi_jax.rpr.stage import CHECKPOINTS, run_rpr
 from trsi_jax.sharding import make_mesh
 
 STAGES = ("base", "rsr-1", "rpr-1", "rsr-2", "rpr-2")
+RSR_STAGES = ("rsr-1", "rsr-2")
+PLOT = "report.png"
+
+
+def quiet_library_logs() -> None:
+    """Warnings and errors only from absl (Orbax logs through it), JAX and friends: an entry point
+    that shows progress bars and one line per stage calls this after parsing its flags."""
+    import logging as py_logging
+
+    logging.set_verbosity(logging.WARNING)
+    for name in ("jax", "orbax", "absl", "flax", "tensorstore"):
+        py_logging.getLogger(name).setLevel(py_logging.WARNING)
 DONE = "stage.done.json"
 EVAL = "eval.json"
 
@@ -114,7 +130,7 @@ class Pipeline:
         init = self.checkpoints(previous)
         write_handoff(self.workdir, stage, {"policy_from": checkpoint_source(init, ("params",))})
         report = run_rsr(cfg, self.model_cfg, self.stage_dir(stage), self.train_tasks, self.tokenizer,
-                         init_checkpoint=init, mesh=self.mesh)
+                         init_checkpoint=init, mesh=self.mesh, show_progress=self.show_progress, print_table=False)
         return dict(report) if isinstance(report, dict) else dataclasses.asdict(report)
 
     def _rpr(self, stage: str, cfg: RPRConfig, previous: str, critic_from: str | None) -> dict:
@@ -136,7 +152,8 @@ class Pipeline:
         result = evaluate_policy(policy, self.heldout_tasks, self.tokenizer, samples=cfg.eval_samples,
                                  temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
                                  max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len,
-                                 backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress)
+                                 backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress,
+                                 desc=f"eval[{stage}]")
         result["checkpoint"] = source
         write_json(path, result)
         return result
@@ -151,14 +168,21 @@ class Pipeline:
             "rpr-2": lambda: self._rpr("rpr-2", cfg.rpr2, "rsr-2", "rpr-1" if cfg.rpr2.inherit_critic else None),
         }
         stages, evals = {}, {}
+        main = jax.process_index() == 0
         for stage in STAGES:
             stages[stage] = self._once(stage, steps[stage])
             evals[stage] = self.evaluate(stage)
             logging.info("pipeline: %s held-out %s", stage, json.dumps(evals[stage]["all"]))
-        table = format_table(evals)
-        report = {"stages": stages, "eval": evals, "table": table, "handoff": read_handoff(self.workdir)}
+            if main:
+                print(report_lib.stage_line(stage, stages[stage], evals[stage]), flush=True)
+        table = report_lib.eval_table([evals])
+        rsr_table = report_lib.rsr_table([{s: stages[s] for s in RSR_STAGES}])
+        report = {"stages": stages, "eval": evals, "table": table, "rsr_table": rsr_table, "plot": PLOT,
+                  "handoff": read_handoff(self.workdir)}
         write_json(os.path.join(self.workdir, "report.json"), report)
-        if jax.process_index() == 0:
+        if main:
+            report_lib.plot([evals], os.path.join(self.workdir, PLOT), f"Terminal-RSI per stage ({self.workdir})")
             with open(os.path.join(self.workdir, "report.md"), "w") as f:
-                f.write("Held-out evaluation per stage\n\n```\n" + table + "\n```\n")
+                f.write(f"Held-out evaluation per stage\n\n```\n{table}\n```\n\nRSR stages\n\n```\n{rsr_table}\n```\n"
+                        f"\n![held-out strict success and process reward per stage]({PLOT})\n")
         return report
