@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from absl import flags, logging
+from absl import app, flags, logging
 
 from trsi_jax import config as config_lib
 
@@ -34,6 +34,7 @@ def define_runtime_flags() -> None:
                         "persistent XLA compilation cache ('' disables)")
     flags.DEFINE_bool("distributed", False, "call jax.distributed.initialize() (multi-host pods)")
     define_config_flags("model_cfg", config_lib.ModelConfig)
+    define_config_flags("chat", config_lib.ChatConfig)
 
 
 def define_task_flags() -> None:
@@ -57,8 +58,59 @@ def train_tasks(workdir: str) -> list:
     return tasks
 
 
+def define_hf_flags() -> None:
+    """--init_hf (start from an HF model folder) and --export_hf (write the final policy as one)."""
+    flags.DEFINE_string("init_hf", None, "HF model folder (config.json, safetensors, tokenizer) to start from: "
+                        "architecture from its config.json, weights read onto the stage mesh, tokenizer and "
+                        "chat template from the folder; numerics from --model (if given) and --model_cfg.*")
+    flags.DEFINE_string("export_hf", None, "write the stage's final policy as an HF folder here")
+
+
 def model_config_from_flags() -> config_lib.ModelConfig:
-    return config_from_flags("model_cfg", config_lib.model_preset(FLAGS.model))
+    """The architecture of --init_hf's config.json, else of --init_checkpoint's metadata when
+    --model is not given, else --model's preset; numerics (dtype, param_dtype, remat,
+    scan_layers, gdn_chunk_size) from --model when given; then every --model_cfg.* flag."""
+    source = _flag("init_hf") or (None if FLAGS["model"].present else _flag("init_checkpoint"))
+    if not source:
+        return config_from_flags("model_cfg", config_lib.model_preset(FLAGS.model))
+    import dataclasses
+
+    from experiments.export import checkpoint_model_config
+
+    base = checkpoint_model_config(source)
+    if FLAGS["model"].present:
+        preset = config_lib.model_preset(FLAGS.model)
+        base = dataclasses.replace(base, **{k: getattr(preset, k) for k in (
+            "dtype", "param_dtype", "remat", "scan_layers", "gdn_chunk_size")})
+    return config_from_flags("model_cfg", base)
+
+
+def _flag(name: str):
+    return FLAGS[name].value if name in FLAGS else None
+
+
+def tokenizer_from_flags():
+    """--tokenizer when given, else the --init_hf folder's tokenizer, else the byte tokenizer."""
+    from trsi_jax.rollout import load_tokenizer
+
+    init_hf = _flag("init_hf")
+    name = FLAGS.tokenizer if FLAGS["tokenizer"].present or not init_hf else init_hf
+    return load_tokenizer(name, thinking=config_from_flags("chat", config_lib.ChatConfig()).thinking)
+
+
+def init_checkpoint_from_flags() -> str | None:
+    """--init_checkpoint or --init_hf (not both): the folder the stage's policy starts from."""
+    if FLAGS.init_hf and FLAGS.init_checkpoint:
+        raise app.UsageError("give --init_checkpoint or --init_hf, not both")
+    return FLAGS.init_hf or FLAGS.init_checkpoint
+
+
+def export_if_asked(ckpt_dir: str, model_cfg: config_lib.ModelConfig, tokenizer) -> None:
+    """--export_hf: the latest policy in `ckpt_dir` as an HF folder (all processes take part)."""
+    if FLAGS.export_hf:
+        from experiments.export import export_policy
+
+        export_policy(ckpt_dir, FLAGS.export_hf, model_cfg, tokenizer)
 
 
 def init_runtime() -> None:

@@ -17,7 +17,6 @@ from absl import app, flags, logging
 
 from experiments import common
 from trsi_jax.config import RPRConfig, rpr_stage
-from trsi_jax.rollout import load_tokenizer
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("stage", 1, "RPR stage: 1 or 2 (selects the stage preset)")
@@ -26,6 +25,7 @@ flags.DEFINE_string("critic_checkpoint", None, "RPR-1's checkpoint folder, for -
 common.define_task_flags()
 flags.DEFINE_string("tokenizer", "byte", "'byte' or an HF tokenizer folder")
 common.define_runtime_flags()
+common.define_hf_flags()
 common.define_config_flags("rpr", RPRConfig)
 
 
@@ -36,10 +36,11 @@ def main(argv):
     from trsi_jax.rpr.stage import run_rpr
 
     cfg = common.config_from_flags("rpr", rpr_stage(FLAGS.stage))
-    result = run_rpr(cfg, common.model_config_from_flags(), FLAGS.workdir, common.train_tasks(FLAGS.workdir),
-                     load_tokenizer(FLAGS.tokenizer), init_checkpoint=FLAGS.init_checkpoint,
-                     critic_checkpoint=FLAGS.critic_checkpoint)
+    model_cfg, tokenizer = common.model_config_from_flags(), common.tokenizer_from_flags()
+    result = run_rpr(cfg, model_cfg, FLAGS.workdir, common.train_tasks(FLAGS.workdir), tokenizer,
+                     init_checkpoint=common.init_checkpoint_from_flags(), critic_checkpoint=FLAGS.critic_checkpoint)
     logging.info("RPR-%d done: %d updates, checkpoints in %s", cfg.stage, result.updates, result.checkpoint_dir)
+    common.export_if_asked(result.checkpoint_dir, model_cfg, tokenizer)
 
 
 if __name__ == "__main__":

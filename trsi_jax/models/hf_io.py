@@ -100,6 +100,8 @@ def config_from_hf(path: str) -> ModelConfig:
         num_kv_heads=c["num_key_value_heads"],
         head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
         rms_norm_eps=c["rms_norm_eps"], tie_embeddings=bool(raw.get("tie_word_embeddings", c.get("tie_word_embeddings", False))))
+    if c.get("max_position_embeddings"):
+        common["max_position_embeddings"] = int(c["max_position_embeddings"])
     if theta is not None:
         common["rope_theta"] = float(theta)
     if c.get("attention_bias"):
@@ -127,13 +129,13 @@ def config_from_hf(path: str) -> ModelConfig:
     raise ValueError(f"{path}/config.json: model_type {kind!r} is not qwen3_5 / qwen3_5_text / qwen3")
 
 
-def _hf_config(cfg: ModelConfig) -> dict:
+def _hf_config(cfg: ModelConfig, token_ids: dict[str, int]) -> dict:
     common = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         intermediate_size=cfg.intermediate_size, num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
         hidden_act="silu", tie_word_embeddings=cfg.tie_embeddings, attention_bias=False,
-        torch_dtype=cfg.param_dtype)
+        max_position_embeddings=cfg.max_position_embeddings, dtype=cfg.param_dtype, **token_ids)
     if cfg.arch == "qwen3":
         return dict(common, model_type="qwen3", architectures=["Qwen3ForCausalLM"],
                     rope_parameters=dict(rope_type="default", rope_theta=cfg.rope_theta))
@@ -233,11 +235,42 @@ def load_hf(path: str, cfg: ModelConfig | None = None, shardings=None) -> Qwen:
 # ---------------------------------------------------------------------------------------------
 # Export.
 
-def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30) -> None:
+def _to_host(x: jax.Array) -> np.ndarray:
+    """The whole array on this host; a collective every process must join when `x` spans hosts."""
+    if x.is_fully_addressable:
+        return np.asarray(jax.device_get(x))
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def generation_config(eos_token_ids: list[int], pad_token_id: int, bos_token_id: int | None) -> dict:
+    """`generation_config.json`: generation stops at any of `eos_token_ids` (<|im_end|> first)."""
+    out = dict(eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id)
+    if bos_token_id is not None:
+        out["bos_token_id"] = bos_token_id
+    return out
+
+
+def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30, *, eos_token_ids: list[int] | None = None,
+            pad_token_id: int | None = None, bos_token_id: int | None = None) -> None:
     """Writes config.json and safetensors shards (plus an index when sharded) that
-    `transformers` loads as Qwen3_5ForCausalLM / Qwen3ForCausalLM. Holds at most one shard on host."""
+    `transformers` loads as Qwen3_5ForCausalLM / Qwen3ForCausalLM. Holds at most one shard on host.
+
+    `eos_token_ids` (chat: <|im_end|> then <|endoftext|>), `pad_token_id` and `bos_token_id` go
+    into config.json (eos = the first) and generation_config.json, so generation stops at the
+    end of a turn. Multi-host: every process must call it (tensors are gathered); process 0 writes.
+    """
     cfg = model.cfg
-    os.makedirs(path, exist_ok=True)
+    token_ids = {}
+    if eos_token_ids:
+        token_ids["eos_token_id"] = int(eos_token_ids[0])
+    if pad_token_id is not None:
+        token_ids["pad_token_id"] = int(pad_token_id)
+    if bos_token_id is not None:
+        token_ids["bos_token_id"] = int(bos_token_id)
+    writer = jax.process_index() == 0
+    if writer:
+        os.makedirs(path, exist_ok=True)
     paths, leaves, _ = _param_leaves(nnx.state(model, nnx.Param))
     by_path = dict(zip(paths, leaves))
     written: list[tuple[str, list[str]]] = []  # (temporary file, tensor names)
@@ -246,13 +279,14 @@ def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30) -> None:
 
     def flush():
         tmp = os.path.join(path, f"shard-{len(written):05d}.tmp")
-        save_file(shard, tmp, metadata={"format": "pt"})
+        if writer:
+            save_file(shard, tmp, metadata={"format": "pt"})
         written.append((tmp, list(shard)))
         shard.clear()
 
     for e in tensor_table(cfg):
         arr = by_path[e.path]
-        arr = np.asarray(jax.device_get(arr[e.layer] if e.layer is not None else arr))
+        arr = _to_host(arr[e.layer] if e.layer is not None else arr)
         if e.layout == "T":
             arr = arr.T
         elif e.layout == "conv":
@@ -263,6 +297,8 @@ def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30) -> None:
         shard[name] = np.ascontiguousarray(arr)
         total += arr.nbytes
     flush()
+    if not writer:
+        return
     if len(written) == 1:
         os.replace(written[0][0], os.path.join(path, "model.safetensors"))
     else:
@@ -274,4 +310,7 @@ def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30) -> None:
         with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(_hf_config(cfg), f, indent=1)
+        json.dump(_hf_config(cfg, token_ids), f, indent=1)
+    if eos_token_ids:
+        with open(os.path.join(path, "generation_config.json"), "w") as f:
+            json.dump(generation_config(eos_token_ids, token_ids.get("pad_token_id"), bos_token_id), f, indent=1)

@@ -81,8 +81,10 @@ class Pipeline:
     """Runs the stages in order; every method is safe to call again after a kill."""
 
     def __init__(self, cfg: PipelineConfig, model_cfg: ModelConfig, workdir: str, tokenizer,
-                 show_progress: bool = True):
+                 show_progress: bool = True, init_hf: str | None = None):
+        """`init_hf`: a Hugging Face model folder that *is* the base policy (no bootstrap)."""
         self.cfg, self.model_cfg, self.tokenizer = cfg, model_cfg, tokenizer
+        self.init_hf = os.path.abspath(init_hf) if init_hf else None
         self.workdir = os.path.abspath(workdir)
         self.show_progress = show_progress
         self.mesh = make_mesh(cfg.mesh)
@@ -98,6 +100,8 @@ class Pipeline:
         return os.path.join(self.workdir, stage)
 
     def checkpoints(self, stage: str) -> str:
+        if stage == "base" and self.init_hf:
+            return self.init_hf
         return os.path.join(self.stage_dir(stage), CHECKPOINTS)
 
     # -- stages ------------------------------------------------------------------------------
@@ -116,6 +120,9 @@ class Pipeline:
         return summary
 
     def _base(self) -> dict:
+        if self.init_hf:
+            write_handoff(self.workdir, "base", {"policy_from": {"dir": self.init_hf, "hf": True}})
+            return {"hf": self.init_hf}
         model = nnx.jit(lambda: Qwen(self.model_cfg, rngs=nnx.Rngs(self.cfg.seed)))()
         summary = bootstrap(model, self.train_tasks, self.tokenizer, self.cfg.bootstrap, self.stage_dir("base"),
                             mesh=self.mesh, backend=self.cfg.backend, repeats=self.cfg.bootstrap_repeats,

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from trsi_jax.config import ModelConfig
-from trsi_jax.train.checkpoint import Checkpointer, restore_policy
+from trsi_jax.train.checkpoint import Checkpointer, is_hf_folder, restore_policy
 
 HANDOFF = "handoff.json"
 # Every stage (bootstrap SFT, RSR, RPR) stores its policy as item "params".
@@ -46,7 +46,10 @@ def write_handoff(workdir: str, stage: str, record: dict[str, Any]) -> None:
 
 
 def checkpoint_source(ckpt_dir: str, items: tuple[str, ...]) -> dict[str, Any]:
-    """{"dir", "step", "item"}: the latest step of `ckpt_dir` and the first of `items` it holds."""
+    """{"dir", "step", "item"}: the latest step of `ckpt_dir` and the first of `items` it holds
+    ({"dir", "hf": True} for a Hugging Face model folder)."""
+    if is_hf_folder(ckpt_dir):
+        return {"dir": os.path.abspath(ckpt_dir), "hf": True}
     ckpt = Checkpointer(ckpt_dir, max_to_keep=None)
     try:
         step = ckpt.latest_step()
@@ -64,5 +67,5 @@ def checkpoint_source(ckpt_dir: str, items: tuple[str, ...]) -> dict[str, Any]:
 def load_policy(ckpt_dir: str, cfg: ModelConfig, mesh=None):
     """(policy, source) from the latest step of any stage's checkpoint folder."""
     source = checkpoint_source(ckpt_dir, (POLICY_ITEM,))
-    policy = restore_policy(ckpt_dir, cfg, mesh=mesh, step=source["step"], item=source["item"])
+    policy = restore_policy(ckpt_dir, cfg, mesh=mesh, step=source.get("step"), item=source.get("item", POLICY_ITEM))
     return policy, source

@@ -142,27 +142,50 @@ def save_model(ckpt_dir: str, model: nnx.Module, step: int = 0, metadata: Mappin
     ckpt.close()
 
 
+# Numerics, compilation and context choices a checkpoint does not pin.
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat", "scan_layers", "gdn_chunk_size", "max_position_embeddings")
+
+
+def _check_same_model(saved: dict, cfg: ModelConfig, where: str) -> None:
+    diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
+            if k not in RUNTIME_FIELDS and saved.get(k) != v}
+    if diff:
+        raise ValueError(f"{where} was saved with another model config; differing fields (saved, requested): {diff}")
+
+
+def is_hf_folder(path: str) -> bool:
+    """A Hugging Face model folder: config.json plus model.safetensors or its index."""
+    return os.path.isfile(os.path.join(path, "config.json")) and any(
+        os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json"))
+
+
 def restore_policy(ckpt_dir: str, cfg: ModelConfig, mesh: jax.sharding.Mesh | None = None,
                    step: int | None = None, item: str = "params"):
     """A `Qwen(cfg)` whose parameters come from `ckpt_dir` (item `item`), placed on `mesh`.
 
-    The model is built abstractly (no random init of the weights), so the only weight memory
-    used is the restored one. A checkpoint saved with another ModelConfig is refused.
+    `ckpt_dir` is an Orbax folder or a Hugging Face model folder (`is_hf_folder`; each tensor
+    slice is read straight onto its device). The model is built abstractly (no random init of
+    the weights), so the only weight memory used is the restored one. A checkpoint saved with
+    another architecture is refused; numerics (`RUNTIME_FIELDS`) come from `cfg`.
     """
     from trsi_jax.models import Qwen
 
+    abstract = nnx.eval_shape(lambda: Qwen(cfg, rngs=nnx.Rngs(0)))
+    graphdef, abstract_params, abstract_rest = nnx.split(abstract, nnx.Param, ...)
+    if is_hf_folder(ckpt_dir):
+        from trsi_jax.models.hf_io import config_from_hf, load_hf
+
+        _check_same_model(dataclasses.asdict(config_from_hf(ckpt_dir)), cfg, f"HF folder {ckpt_dir}")
+        shardings = None
+        if mesh is not None:
+            from trsi_jax import sharding as sharding_lib
+            shardings = sharding_lib.param_shardings(abstract_params, mesh, sharding_lib.RULES)
+        return load_hf(ckpt_dir, cfg, shardings=shardings)
     ckpt = Checkpointer(ckpt_dir, max_to_keep=None)
     step = ckpt.resolve_step(step)
     saved_cfg = ckpt.metadata(step).get("model_cfg")
     if saved_cfg is not None:
-        mine = dataclasses.asdict(cfg)
-        diff = {k: (saved_cfg.get(k), v) for k, v in mine.items()
-                if k not in ("dtype", "param_dtype", "remat", "scan_layers") and saved_cfg.get(k) != v}
-        if diff:
-            raise ValueError(f"checkpoint {ckpt_dir} step {step} was saved with another model config; "
-                             f"differing fields (saved, requested): {diff}")
-    abstract = nnx.eval_shape(lambda: Qwen(cfg, rngs=nnx.Rngs(0)))
-    graphdef, abstract_params, abstract_rest = nnx.split(abstract, nnx.Param, ...)
+        _check_same_model(saved_cfg, cfg, f"checkpoint {ckpt_dir} step {step}")
     restored = ckpt.restore(step, items=[item], targets={item: _param_targets(abstract_params, mesh)})
     ckpt.close()
     nnx.replace_by_pure_dict(abstract_params, restored[item])
