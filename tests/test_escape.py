@@ -143,4 +143,66 @@ def test_capability_bounding_set_is_cut(tmp_path, backend):
         assert r.output.split() == ["CapEff:", CAP_MASK]
 
 
+def _host_ip() -> str:
+    """An address of this host other than loopback (what outbound NAT can reach)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+        return s.getsockname()[0]
+
+
+class _Listener:
+    """A TCP listener (or an abstract unix socket) on the host that records whether anyone connected."""
+
+    def __init__(self, family, address):
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.bind(address)
+        self.sock.listen(8)
+        self.address = self.sock.getsockname()
+        self.connected = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        try:
+            while True:
+                c, _ = self.sock.accept()
+                self.connected.set()
+                c.close()
+        except OSError:
+            pass
+
+    def close(self):
+        self.sock.close()
+
+
+TRY_TCP = "timeout 5 bash -c 'echo hi > /dev/tcp/{}/{}' 2>/dev/null && echo open || echo closed"
+TRY_ABSTRACT = ("python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(5); "
+                "s.connect('\\0{}'); print('open')\" 2>/dev/null || echo closed")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("internet", [True, False])
+def test_network_never_reaches_host_loopback_or_abstract_sockets(tmp_path, backend, internet):
+    """With allow_internet, outbound connections work (NAT: the host's own non-loopback address answers)
+    but the host's 127.0.0.1 services and abstract unix sockets are unreachable; without it, nothing is."""
+    loop = _Listener(socket.AF_INET, ("127.0.0.1", 0))
+    outside = _Listener(socket.AF_INET, (_host_ip(), 0))
+    name = f"trsi-escape-{uuid.uuid4().hex[:8]}"
+    abstract = _Listener(socket.AF_UNIX, "\0" + name)
+    try:
+        task = _task(tmp_path, toml_extra=f"allow_internet = {'true' if internet else 'false'}\n")
+        with make_sandbox(task, backend) as sb:
+            probes = [TRY_TCP.format(*outside.address), TRY_TCP.format("127.0.0.1", loop.address[1]),
+                      TRY_TCP.format("10.0.2.2", loop.address[1]), TRY_ABSTRACT.format(name)]
+            r = sb.exec("; ".join(probes), timeout_sec=60)
+            assert r.output.split() == ["open" if internet else "closed", "closed", "closed", "closed"], r.output
+            term = sb.terminal()  # the terminal's shell lives in the same network
+            term.send_keys("{ " + "; ".join(probes) + "; } > /tmp/net.txt\n", 30)
+            assert sb.read_file("/tmp/net.txt").decode().split() == r.output.split()
+        assert outside.connected.is_set() == internet
+        assert not loop.connected.is_set() and not abstract.connected.is_set()
+    finally:
+        for listener in (loop, outside, abstract):
+            listener.close()
+
+
 # ==== verifier integrity =============================================================================

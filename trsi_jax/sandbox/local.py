@@ -34,6 +34,7 @@ from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.cgroup import Cgroup, owner_alive
+from trsi_jax.sandbox.netns import Network
 from trsi_jax.sandbox.rootfs import SPECIAL_ENTRIES, SYSTEM_ENTRIES, RootFS, remove, system_binds
 from trsi_jax.sandbox.terminal import CLIENT_LOOP, TMUX_SET_OPTIONS, PipeClient, Terminal
 from trsi_jax.tasks import Task
@@ -80,7 +81,9 @@ class LocalSandbox(Sandbox):
         self.cgroup = Cgroup.create(self.limits.pids, self.limits.memory_mb << 20)
         self.env = dict(BASE_ENV)
         self.workdir = task.environment.workdir
+        self.net = None
         try:
+            self.net = Network() if task.allow_internet else None  # own namespace, outbound NAT only
             self.fs = RootFS(self._dir / "root", task.allow_internet)
             self._build()
         except BaseException:
@@ -177,7 +180,9 @@ class LocalSandbox(Sandbox):
         a += ["--"] + argv
         if self.cgroup is not None:  # join the sandbox cgroup before bwrap starts anything
             join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self.cgroup.procs_files)
-            a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + a
+            a = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh"] + (self.net.enter() if self.net else []) + a
+        elif self.net is not None:
+            a = self.net.enter() + a
         return a
 
     def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -341,4 +346,6 @@ class LocalSandbox(Sandbox):
         self._closed = True
         if self.cgroup is not None:
             self.cgroup.destroy()
+        if self.net is not None:
+            self.net.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox.base import SandboxError
+from trsi_jax.sandbox.netns import DNS
 
 SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SPECIAL_ENTRIES = ("dev", "proc")
@@ -25,7 +26,7 @@ ETC_COPY = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.c
             "timezone", "bash.bashrc", "profile", "inputrc", "login.defs", "skel", "python3", "python3.11",
             "mime.types", "protocols", "services", "debian_version", "os-release", "shells")
 ETC_BIND = ("alternatives", "terminfo")
-ETC_NETWORK_COPY = ("resolv.conf", "ca-certificates.conf", "gai.conf")
+ETC_NETWORK_COPY = ("ca-certificates.conf", "gai.conf")
 ETC_NETWORK_BIND = ("ssl", "ca-certificates")
 
 
@@ -79,6 +80,8 @@ class RootFS:
                 self.etc_binds += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
                 (root / "etc" / name).mkdir()  # mount point, also for read-only (probe) roots
         (root / "etc" / "hostname").write_text("sandbox\n")
+        if allow_internet:  # slirp4netns's DNS forwarder (see netns.py), not the host's resolver
+            (root / "etc" / "resolv.conf").write_text(f"nameserver {DNS}\n")
 
     def copy_in(self, context: Path, sources: tuple[str, ...], dest: str, cwd: str, where: str) -> None:
         """Dockerfile COPY/ADD of context `sources` to `dest` (relative to `cwd`); `where` names the line."""
