@@ -101,8 +101,8 @@ def targets(evals: list[dict], rsrs: list[dict]) -> str:
 
 def main(argv):
     del argv
-    common.init_runtime()
     quiet_library_logs()
+    common.init_runtime()
     tokenizer = load_tokenizer(FLAGS.tokenizer)
     preset = common.config_from_flags("pipeline", pipeline_preset(FLAGS.preset))
     evals, rsrs, walls = [], [], []

@@ -32,10 +32,10 @@ common.define_config_flags("pipeline", PipelineConfig)
 
 def main(argv):
     del argv
-    common.init_runtime()
     from trsi_jax.pipeline.run import Pipeline, quiet_library_logs
 
     quiet_library_logs()  # progress bars and one line per stage, not library INFO logs
+    common.init_runtime()
 
     cfg = common.config_from_flags("pipeline", pipeline_preset(FLAGS.preset))
     model_cfg, tokenizer = common.model_config_from_flags(), common.tokenizer_from_flags()

@@ -45,7 +45,15 @@ def test_pipeline_runs_five_stages_and_resumes(tmp_path):
     assert handoff["rpr-1"]["critic_from"]["policy_backbone"] is True
     for stage in STAGES:
         assert stage in out.stdout  # the final table
+    # One line per stage, the RSR table and the plot; no library INFO log lines (absl: "I1203 ...").
+    lines = {s: [ln for ln in out.stdout.splitlines() if ln.startswith(f"{s} ") and "held-out strict" in ln]
+             for s in STAGES}
+    assert all(len(v) == 1 for v in lines.values()), lines
+    assert "runbooks" in lines["rsr-1"][0] and "PPO updates" in lines["rpr-2"][0]
+    assert not [ln for ln in out.stderr.splitlines() if ln[:1] == "I" and ln[1:5].isdigit()], out.stderr[-2000:]
+    assert (workdir / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert report["rsr_table"] in (workdir / "report.md").read_text() and "solved:union" in report["rsr_table"]
     # A re-run finds every stage done and reproduces the same report without training.
     again = _run(workdir)
-    assert "rpr-2 already done" in again.stderr
+    assert "reused" in [ln for ln in again.stdout.splitlines() if ln.startswith("rpr-2 ")][0]
     assert json.loads((workdir / "report.json").read_text())["eval"] == report["eval"]

@@ -162,3 +162,22 @@ def test_inherit_without_checkpoint_is_refused(tmp_path, devices8):
     cfg2 = dataclasses.replace(CFG, stage=2, inherit_critic=True)
     with pytest.raises(ValueError, match="inherit_critic needs critic_checkpoint"):
         setup_rpr(cfg2, MODEL, str(tmp_path), ["alpha"], make_mesh(CFG.mesh))
+
+
+def test_update_without_a_working_sandbox_makes_no_step(tmp_path, devices8):
+    """Every episode of an update failed to start its sandbox (the image's RUN fails): nothing is
+    trained on (no reward 0 for the policy), the update is recorded as skipped with its
+    infrastructure failures counted, and the saved policy and critic are the initial ones."""
+    task = write_task(tmp_path / "tasks", "alpha")
+    dockerfile = task.path / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN exit 3\n")
+    broken = load_task(task.path)
+    cfg = dataclasses.replace(CFG, updates=1, critic_warmup_updates=0)
+    result = run_rpr(cfg, MODEL, str(tmp_path / "rpr"), [broken], ByteTokenizer(), progress=False)
+    (row,) = [json.loads(line) for line in open(tmp_path / "rpr" / "metrics.jsonl")]
+    assert row["skipped"] == 1.0 and row["rollout/infra_failures"] == 4.0 and "policy/loss" not in row
+    saved = _restore(result.checkpoint_dir, 1, ["params", "critic"])
+    init = nnx.jit(lambda: Qwen(MODEL, rngs=nnx.Rngs(CFG.seed)))()
+    assert all(np.array_equal(a, b) for a, b in zip(_leaves(saved["params"]),
+                                                    _leaves(nnx.to_pure_dict(nnx.state(init, nnx.Param)))))
+    assert np.abs(saved["critic"]["value_head"]["kernel"]).sum() == 0  # the zero-initialised head never moved

@@ -103,11 +103,13 @@ def rsr_table(runs: Sequence[Run]) -> str:
     return _format(header, rows)
 
 
-def stage_line(stage: str, summary: dict, evaluation: dict) -> str:
-    """One line for a finished stage: time, held-out results and what the stage itself did."""
+def stage_line(stage: str, summary: dict, evaluation: dict, reused: bool = False) -> str:
+    """One line for a finished stage: time (or "reused" when an earlier run finished it), held-out
+    results and what the stage itself did."""
     a = evaluation["all"]
     passes = " ".join(f"{k} {a[k]:.3f}" for k in a if k.startswith("pass@"))
-    parts = [f"{stage:<6} {summary.get('seconds', 0.0):5.0f}s",
+    took = "reused" if reused else f"{summary.get('seconds', 0.0):5.0f}s"
+    parts = [f"{stage:<6} {took:>6}",
              f"held-out strict {a['strict_success']:.3f} {passes} process {a['process_reward']:.3f}"]
     if a.get("infra_failures"):
         parts.append(f"{a['infra_failures']} infra failures left out")

@@ -177,11 +177,12 @@ class Pipeline:
         stages, evals = {}, {}
         main = jax.process_index() == 0
         for stage in STAGES:
+            reused = os.path.exists(os.path.join(self.stage_dir(stage), DONE))
             stages[stage] = self._once(stage, steps[stage])
             evals[stage] = self.evaluate(stage)
             logging.info("pipeline: %s held-out %s", stage, json.dumps(evals[stage]["all"]))
             if main:
-                print(report_lib.stage_line(stage, stages[stage], evals[stage]), flush=True)
+                print(report_lib.stage_line(stage, stages[stage], evals[stage], reused=reused), flush=True)
         table = report_lib.eval_table([evals])
         rsr_table = report_lib.rsr_table([{s: stages[s] for s in RSR_STAGES}])
         report = {"stages": stages, "eval": evals, "table": table, "rsr_table": rsr_table, "plot": PLOT,
