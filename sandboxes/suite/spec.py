@@ -31,7 +31,7 @@ _TEST_SH = """#!/bin/bash
 # Verifier: run the outcome tests from the workdir; reward 1 only if every test passed.
 mkdir -p /logs/verifier
 cd /app || exit 1
-PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -B -m pytest /tests/test_outputs.py -rA -p no:cacheprovider
+PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 python3 -m pytest /tests/test_outputs.py -rA -p no:cacheprovider
 if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
 """
 
