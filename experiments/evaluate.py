@@ -104,7 +104,10 @@ def main(argv):
     ks = sorted({int(k) for k in FLAGS.k})
     if max(ks) > FLAGS.samples:
         raise app.UsageError(f"pass@{max(ks)} needs --samples >= {max(ks)}, got {FLAGS.samples}")
-    tokenizer = load_tokenizer(FLAGS.tokenizer or FLAGS.hf_path or "byte")
+    from trsi_jax.config import ChatConfig
+
+    tokenizer = load_tokenizer(FLAGS.tokenizer or FLAGS.hf_path or "byte",
+                               thinking=common.config_from_flags("chat", ChatConfig()).thinking)
     model = load_model()
     if tokenizer.vocab_size > model.cfg.vocab_size:
         raise app.UsageError(f"tokenizer vocab {tokenizer.vocab_size} exceeds the model's {model.cfg.vocab_size}")
