@@ -6,8 +6,8 @@ else of the host is visible (not the task folder, not the project). Every comman
 bwrap (new pid/net/ipc/uts namespaces, all capabilities dropped but a docker-like few, rlimits via
 prlimit, all joined to one per-sandbox pids+memory cgroup); the terminal is one long-lived bwrap
 running a tmux server. Verification and progress probes use a root rebuilt from the sandbox's
-top-level entries, so whatever the agent did to /bin or /lib cannot reach the verifier, and run
-this process's own interpreter (which has pytest) from /.trsi, where the agent never had a path.
+top-level entries (with the host's dynamic-loader configuration), so whatever the agent did to /bin,
+/lib or /etc/ld.so.* cannot reach the verifier, and use the verifier toolchain (toolchain.py) at /.trsi.
 
 Consequences callers should know: files persist across commands, processes do not (each `exec` has
 its own pid and network namespace; a server started in the terminal is reachable only from the
@@ -20,8 +20,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -31,7 +29,8 @@ from typing import Callable
 
 from trsi_jax.sandbox import apt_standin
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, VERIFIER_ENV, ExecResult, Limits,
+from trsi_jax.sandbox import toolchain
+from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.cgroup import Cgroup, owner_alive
 from trsi_jax.sandbox.netns import Network
@@ -46,7 +45,8 @@ BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
             "LANG": "C.UTF-8", "TERM": "xterm-256color", "USER": "root", "SHELL": "/bin/bash"}
 # Host programs the backend runs: bubblewrap for every command, tmux for the terminal.
 HOST_TOOLS = (("bwrap", "bubblewrap"), ("tmux", "tmux"))
-PY_MOUNT, SITE_MOUNT, BIN_MOUNT = "/.trsi/python", "/.trsi/site", "/.trsi/bin"
+# The dynamic loader's configuration: the verifier's comes from the host, never from the sandbox's /etc.
+LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
 RUN_DIR = "/run/trsi"  # the terminal's socket and prompt counter
 
 
@@ -145,15 +145,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"sandbox root {self.root} vanished")
         a = ["bwrap"]
         if rebuilt_root:  # verifier/probe: a fresh root from the sandbox's own entries, host system dirs
-            a += ["--tmpfs", "/"]
-            for entry in sorted(self.root.iterdir()):
-                name = entry.name
-                if name in SYSTEM_ENTRIES + SPECIAL_ENTRIES or (tmpfs_tmp and name == "tmp"):
-                    continue
-                if entry.is_symlink():
-                    a += ["--symlink", os.readlink(entry), f"/{name}"]
-                elif entry.is_dir() or entry.is_file():
-                    a += ["--ro-bind" if tmpfs_tmp else "--bind", str(entry), f"/{name}"]
+            a += ["--tmpfs", "/"] + self._rebuilt_root(read_only=tmpfs_tmp)
         else:
             a += ["--bind", str(self.root), "/"]
         a += system_binds(None if rebuilt_root else self.root) + self.fs.etc_binds + ["--dev", "/dev", "--proc", "/proc"]
@@ -262,18 +254,40 @@ class LocalSandbox(Sandbox):
         return self._run(["bash", "-c", cmd], cwd=self.workdir, env=full_env, timeout_sec=timeout_sec,
                          rebuilt_root=with_pytest, extra=extra)
 
+    def _rebuilt_root(self, read_only: bool) -> list[str]:
+        """bwrap args rebuilding / from the sandbox's top-level entries (not the system dirs, not a /.trsi
+        of the agent's: the toolchain goes there) with /etc entry by entry minus the dynamic loader's
+        configuration, which comes from the host (the verifier never loads a library the agent chose)."""
+        a: list[str] = []
+        bind = "--ro-bind" if read_only else "--bind"
+        for entry in sorted(self.root.iterdir()):
+            name = entry.name
+            if name in SYSTEM_ENTRIES + SPECIAL_ENTRIES + (".trsi",) or (read_only and name == "tmp"):
+                continue
+            if name == "etc" and entry.is_dir() and not entry.is_symlink():
+                for child in sorted(entry.iterdir()):
+                    if child.name in LOADER_FILES:
+                        continue
+                    if child.is_symlink():
+                        a += ["--symlink", os.readlink(child), f"/etc/{child.name}"]
+                    elif child.is_dir() or child.is_file():
+                        a += [bind, str(child), f"/etc/{child.name}"]
+                a += [x for f in LOADER_FILES if Path("/etc", f).exists() for x in ("--ro-bind", f"/etc/{f}", f"/etc/{f}")]
+            elif entry.is_symlink():
+                a += ["--symlink", os.readlink(entry), f"/{name}"]
+            elif entry.is_dir() or entry.is_file():
+                a += [bind, str(entry), f"/{name}"]
+        return a
+
     def _pytest_binds(self, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-        """This interpreter (it has pytest) bound read-only at /.trsi (away from the agent's paths) and
-        first on PATH as python3; only for the verifier and probes, which run on a rebuilt root."""
-        pybin = self._dir / "pybin"
-        if not pybin.is_dir():
-            pybin.mkdir()
-            for name in ("python3", "python"):
-                (pybin / name).symlink_to(f"{PY_MOUNT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}")
-        extra = ["--ro-bind", sys.base_prefix, PY_MOUNT, "--ro-bind", sysconfig.get_paths()["purelib"], SITE_MOUNT,
-                 "--ro-bind", str(pybin), BIN_MOUNT]
-        return extra, {**env, **VERIFIER_ENV, "PATH": f"{BIN_MOUNT}:{env.get('PATH', BASE_ENV['PATH'])}",
-                       "PYTHONPATH": SITE_MOUNT, "LD_LIBRARY_PATH": f"{PY_MOUNT}/lib"}
+        """The verifier toolchain (toolchain.py) read-only at /.trsi with its shims first on PATH; only
+        for the verifier and probes, which run on a rebuilt root."""
+        try:
+            tc = toolchain.ensure()
+        except toolchain.ToolchainError as e:
+            raise SandboxError(str(e)) from None
+        return ["--ro-bind", str(tc), toolchain.MOUNT], {
+            **env, "PATH": f"{toolchain.SHIMS}:{env.get('PATH', BASE_ENV['PATH'])}", "HOME": env.get("HOME", "/root")}
 
     def terminal(self) -> Terminal:
         """The episode's terminal: a bwrap running `tmux -D` (a foreground server) with its socket at
@@ -329,13 +343,13 @@ class LocalSandbox(Sandbox):
 
     def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
         """Run in a separate bwrap: the sandbox's entries read-only, private /tmp, tests at /tmp/probe-*."""
-        copy = self._dir / f"probe-{uuid.uuid4().hex[:8]}"
+        copy = self._dir / f"probe-{uuid.uuid4().hex}"
         shutil.copytree(host_tests_dir, copy)
         where = f"/tmp/{copy.name}"
         try:
             extra, env = self._pytest_binds(self.env)
             return self._run(["bash", "-c", make_cmd(where)], cwd=self.workdir, env=env, timeout_sec=timeout_sec,
-                             rebuilt_root=True, tmpfs_tmp=True, extra=extra + ["--bind", str(copy), where])
+                             rebuilt_root=True, tmpfs_tmp=True, extra=extra + ["--ro-bind", str(copy), where])
         finally:
             shutil.rmtree(copy, ignore_errors=True)
 
