@@ -143,6 +143,16 @@ def test_capability_bounding_set_is_cut(tmp_path, backend):
         assert r.output.split() == ["CapEff:", CAP_MASK]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_proc_shows_no_host_paths(tmp_path, backend):
+    """/proc/1/cmdline and the mount table name no host path of the sandbox or the task."""
+    with make_sandbox(_task(tmp_path), backend) as sb:
+        r = sb.exec("tr '\\0' ' ' < /proc/1/cmdline; echo; cat /proc/self/mountinfo")
+        assert r.exit_code == 0 and "/proc" in r.output
+        for host_path in [str(tmp_path)] + ([str(sb.root), str(sb.root.parent)] if backend == "local" else []):
+            assert host_path not in r.output
+
+
 def _host_ip() -> str:
     """An address of this host other than loopback (what outbound NAT can reach)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -203,6 +213,30 @@ def test_network_never_reaches_host_loopback_or_abstract_sockets(tmp_path, backe
     finally:
         for listener in (loop, outside, abstract):
             listener.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_disk_and_inode_quota(tmp_path, backend):
+    """Filling the disk or the inode table stops at the sandbox's quota with ENOSPC, and the host holds
+    no more than the quota for it."""
+    if backend == "docker":
+        pytest.skip("docker: no per-container quota here (overlay2 on ext4; the kernel has no quota support "
+                    "for --storage-opt size)")
+    from trsi_jax.sandbox import Limits
+    from trsi_jax.sandbox import disk
+    if not disk.available():
+        pytest.skip("no loop devices / mkfs.ext4: the local backend runs without a disk quota here")
+    task = _task(tmp_path)
+    with make_sandbox(task, backend, Limits.for_task(task, disk_mb=64, inodes=4096)) as sb:
+        r = sb.exec("dd if=/dev/zero of=/app/big bs=1M count=200 2>&1 | head -1; rm /app/big; "
+                    "mkdir /tmp/many && cd /tmp/many && for i in $(seq 5000); do : > f$i || break; done 2>&1 | "
+                    "head -1; ls | wc -l", timeout_sec=120)
+        lines = r.output.splitlines()
+        assert lines[0] == "dd: error writing '/app/big': No space left on device"
+        assert "No space left on device" in lines[1] and 3900 < int(lines[2]) < 4096
+        used = sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(sb.root.parent)
+                   for f in fs if not d.startswith(str(sb.root)))
+        assert used <= 64 << 20  # the image file: what the sandbox wrote is all the host holds
 
 
 # ==== verifier integrity =============================================================================

@@ -188,6 +188,8 @@ def test_sandbox_death_raises_sandbox_error(tb2):
         sb.cgroup.kill_all()  # every process of the sandbox dies, the tmux server included
         with pytest.raises(SandboxError, match="terminal"):
             term.send_keys("echo hi\n", 1)
+        if sb.root.is_mount():  # the root is its own disk (disk.py): unmount it first
+            subprocess.run(["umount", "-l", str(sb.root)], check=True)
         shutil.rmtree(sb.root)
         with pytest.raises(SandboxError, match="vanished"):
             sb.exec("true")

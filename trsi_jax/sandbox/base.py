@@ -39,6 +39,8 @@ class Limits:
     memory_mb: int = 2048  # cgroup memory (docker: --memory); RLIMIT_AS where no cgroup exists
     pids: int = 256  # processes+threads alive at once in the whole sandbox
     file_size_mb: int = 512  # RLIMIT_FSIZE: the largest file a process may write
+    disk_mb: int = 8192  # local: bytes the whole sandbox may store (its own file system; 0: no quota)
+    inodes: int = 262144  # local: files, directories and links the sandbox may hold
     output_bytes: int = 64 * 1024  # exec output kept (head + tail, middle dropped with a marker)
     nofile: int = 1024
     cpus: float = 1.0  # docker only (nano_cpus)

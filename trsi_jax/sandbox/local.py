@@ -24,10 +24,12 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import apt_standin
+from trsi_jax.sandbox import disk
 from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox import toolchain
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
@@ -54,7 +56,7 @@ def _sweep_stale() -> None:
     """Remove what sandboxes of dead processes (killed before `close`) left: root dirs and cgroups."""
     for d in Path(tempfile.gettempdir()).glob("trsi-sbx-*-*"):
         if not owner_alive(d.name.split("-")[2]):
-            shutil.rmtree(d, ignore_errors=True)
+            disk.release(d)
     Cgroup.sweep_stale()
 
 
@@ -72,7 +74,14 @@ class LocalSandbox(Sandbox):
         self.task = task
         self.limits = limits or Limits.for_task(task)
         _sweep_stale()
-        self._dir = Path(tempfile.mkdtemp(prefix=f"trsi-sbx-{os.getpid()}-"))  # owner pid: see _sweep_stale
+        prefix = f"trsi-sbx-{os.getpid()}-"  # owner pid: see _sweep_stale
+        if self.limits.disk_mb > 0 and disk.available():  # the root on its own size/inode-capped disk
+            self._dir = disk.acquire(self.limits.disk_mb, self.limits.inodes, prefix)
+        else:
+            if self.limits.disk_mb > 0:
+                warnings.warn("local sandboxes run without a disk quota: loop-mounting an ext4 image needs root, "
+                              "mkfs.ext4 (e2fsprogs) and /dev/loop-control", stacklevel=2)
+            self._dir = Path(tempfile.mkdtemp(prefix=prefix))
         self._procs: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._terminal = None
@@ -362,4 +371,4 @@ class LocalSandbox(Sandbox):
             self.cgroup.destroy()
         if self.net is not None:
             self.net.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        disk.release(self._dir)

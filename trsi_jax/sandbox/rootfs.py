@@ -64,7 +64,7 @@ class RootFS:
     def __init__(self, root: Path, allow_internet: bool):
         self.root = root
         self.etc_binds: list[str] = []  # bwrap args binding the big /etc directories read-only
-        root.mkdir()
+        root.mkdir(exist_ok=True)  # may be a mounted disk already (see disk.py)
         for d, mode in (("tmp", 0o1777), ("root", 0o700), ("home", 0o755), ("run", 0o755), ("var/tmp", 0o1777),
                         ("etc", 0o755), ("logs", 0o755)):
             (root / d).mkdir(parents=True, exist_ok=True)
