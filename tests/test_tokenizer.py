@@ -93,3 +93,31 @@ def test_hf_tokenizer_errors_name_the_path(tmp_path):
 
 def test_load_tokenizer_byte():
     assert isinstance(load_tokenizer("byte"), ByteTokenizer)
+
+
+def test_byte_tokenizer_encodes_rendered_chat_with_specials_and_char_spans():
+    tok = ByteTokenizer(thinking=True)
+    assert tok.thinking and tok.chat_template is None
+    text = "<|im_start|>user\nnaïve<|im_end|>\n"
+    ids, spans = tok.encode_rendered(text)
+    assert ids == [tok.im_start_id] + list("user\nnaïve".encode()) + [tok.im_end_id, ord("\n")]
+    assert tok.decode(ids) == text
+    assert spans[0] == (0, 12) and spans[-2] == (22, 32) and spans[-1] == (32, 33)
+    assert spans[8] == spans[9] == (19, 20)  # both bytes of "ï" point at its character
+    assert all(text[a:b] == tok.decode([i]) for i, (a, b) in zip(ids, spans) if i >= 256 or i < 128)
+
+
+def test_chat_template_comes_from_the_folder(tmp_path):
+    folder = train_bpe(tmp_path / "bpe")
+    assert load_tokenizer(str(folder)).chat_template is None  # built-in ChatML in chat.py
+    config = {"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}],
+              "bos_token": None, "eos_token": {"content": "<|im_end|>"}, "pad_token": "<|endoftext|>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = load_tokenizer(str(folder), thinking=True)
+    assert (tok.chat_template, tok.thinking) == ("D", True)
+    assert tok.template_vars == {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    ids, spans = tok.encode_rendered("<|im_start|>ls -la<|im_end|>")
+    assert ids[0] == tok.im_start_id and ids[-1] == tok.im_end_id and spans[0] == (0, 12) and spans[-1] == (18, 28)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "tool_use", "template": "T"}]}))
+    with pytest.raises(ValueError, match=r"bpe/tokenizer_config.json lists chat templates \['tool_use'\]"):
+        load_tokenizer(str(folder))

@@ -3,8 +3,9 @@ with sampled replies kept token for token, and the masks RL and SFT need.
 
 A conversation is rendered to text by the tokenizer's jinja `chat_template` (its `thinking` flag
 is the template's `enable_thinking`), or by the built-in Qwen-style ChatML template below when the
-tokenizer has none (the byte tokenizer). The text is tokenized whole, so role headers and content
-share canonical ids (content starting with "\\n" included). An assistant message may carry
+tokenizer has none (the byte tokenizer; it has no reasoning blocks, so `thinking` changes nothing
+there). The text is tokenized whole, so role headers and content share canonical ids (content
+starting with "\\n" included). An assistant message may carry
 `"tokens"`: the ids the sampler produced (ending in `<|im_end|>` unless cut off). Where the template
 renders that reply, the ids are spliced in verbatim (token in, token out), never re-tokenized.
 

@@ -60,10 +60,14 @@ class ByteTokenizer:
         ids, spans, at = [], [], 0
         for m in [*self._special_re.finditer(text), None]:
             end = m.start() if m else len(text)
-            for i in range(at, end):
-                b = text[i].encode("utf-8")
-                ids.extend(b)
-                spans.extend([(i, i + 1)] * len(b))
+            if text[at:end].isascii():
+                ids.extend(text[at:end].encode("ascii"))
+                spans.extend((i, i + 1) for i in range(at, end))
+            else:
+                for i in range(at, end):
+                    b = text[i].encode("utf-8")
+                    ids.extend(b)
+                    spans.extend([(i, i + 1)] * len(b))
             if m:
                 ids.append(self.special_ids[m.group()])
                 spans.append(m.span())
