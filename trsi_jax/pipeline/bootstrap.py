@@ -3,8 +3,8 @@
 A `ScriptedPolicy` replays each training task's oracle (`solution/commands.json`, Terminus
 keystrokes) through the common harness in a real sandbox: one turn with every command and
 `task_complete`, then the confirmation. The verified episodes are encoded exactly as the
-policy will see them at test time, and a brief SFT on their assistant tokens produces the
-pipeline's base policy. Tasks without a `commands.json` are skipped and counted.
+policy will see them at test time, and a brief SFT on their first reply (`first_reply_example`)
+produces the pipeline's base policy. Tasks without a `commands.json` are skipped and counted.
 """
 from __future__ import annotations
 
@@ -75,8 +75,20 @@ def demonstrations(tasks: Sequence, tokenizer, backend: str = "local", max_len: 
     episodes = run_episodes(oracle_policy(with_oracle, tokenizer), with_oracle, make_harness("common"),
                             backend=backend, budgets=Budgets(max_turns=4, max_tokens=max_len),
                             show_progress=show_progress)
-    examples = [SFTExample(e.tokens, e.policy_mask) for e in episodes if e.strict]
+    examples = [first_reply_example(e) for e in episodes if e.strict]
     return BootstrapData(examples, episodes, len(tasks) - len(with_oracle))
+
+
+def first_reply_example(episode: Episode) -> SFTExample:
+    """The episode up to the end of its first reply, loss on that reply only.
+
+    Every demonstration ends with the same empty confirmation reply, so training on it makes
+    that reply the most frequent target in the data and an undertrained model answers the task
+    with it (no commands). Cutting the demonstration after the first reply teaches only what
+    varies: the commands for the task. The episode is still verified whole, and an episode cut
+    at the turn limit is verified too, so the confirmation is not needed to succeed."""
+    end = episode.turn_end_positions[0] + 1
+    return SFTExample(episode.tokens[:end], episode.policy_mask[:end])
 
 
 def bootstrap(model, tasks: Sequence, tokenizer, sft_cfg: SFTConfig, workdir: str, *, mesh=None,

@@ -34,11 +34,16 @@ class PipelineConfig:
 
 
 def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> RSRConfig:
+    """RSR at tiny scale. `leak_ngram=32`: the tiny base was bootstrapped on the oracle commands of
+    the training templates, so its own successes repeat one-line solutions (16-30 words) word for
+    word; an 8-word scan would reject every trajectory as quoting the solution. 32 consecutive
+    words still flags runbooks that copy a whole multi-line oracle script (52-97 words), and the
+    verifier-path and expected-output checks are unchanged."""
     return dataclasses.replace(
         rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry"), samples_per_task=1,
-        collect_temperature=0.3, runbooks_per_success=2, replays=2, revision_rounds=2,
+        collect_temperature=0.7, runbooks_per_success=2, replays=2, revision_rounds=2, leak_ngram=32,
         sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps),
-                      batch_size=batch, max_len=episode["max_len"], pad_multiple=1024, eval_fraction=0.0,
+                      batch_size=batch, max_len=episode["max_len"], pad_multiple=128, eval_fraction=0.0,
                       checkpoint_every=sft_steps, log_every=5), **episode)
 
 
@@ -51,18 +56,19 @@ def _small_rpr(stage: int, lr: float, updates: int, tasks: int, batch: int, **ep
 
 
 def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_tokens: int, batch: int,
-          bootstrap_steps: int, rsr_steps: int, rpr_updates: int, rpr_tasks: int) -> PipelineConfig:
+          bootstrap_steps: int, rsr_steps: int, rpr_updates: int, rpr_tasks: int, max_len: int = 1536,
+          bootstrap_repeats: int = 8) -> PipelineConfig:
     """The tiny-model pipeline on CPU: every stage at the smallest size that still does its job.
     `batch` is the SFT batch and the PPO minibatch (a multiple of the mesh's data*fsdp size); SFT
-    pads to multiples of 1024 tokens so the step compiles for two or three shapes only."""
-    episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=3072)
+    pads to multiples of 128 tokens (episodes are a few hundred BPE tokens)."""
+    episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=max_len)
     return PipelineConfig(
-        families=families, train_per_family=train, heldout_per_family=heldout, max_len=3072,
-        eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, bootstrap_repeats=8,
+        families=families, train_per_family=train, heldout_per_family=heldout, max_len=max_len,
+        eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, bootstrap_repeats=bootstrap_repeats,
         bootstrap=SFTConfig(
-            optim=OptimConfig(lr=5e-3, warmup_steps=bootstrap_steps // 10, total_steps=bootstrap_steps),
-            batch_size=batch, max_len=3072, pad_multiple=1024, eval_fraction=0.0,
-            checkpoint_every=bootstrap_steps, log_every=5),
+            optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 20, total_steps=bootstrap_steps),
+            batch_size=batch, max_len=max_len, pad_multiple=128, eval_fraction=0.0,
+            checkpoint_every=bootstrap_steps, log_every=10),
         rsr1=_small_rsr(1, rsr_steps, 1e-3, batch, **episode),
         rpr1=_small_rpr(1, 1e-4, rpr_updates, rpr_tasks, batch, **episode),
         rsr2=_small_rsr(2, rsr_steps, 5e-4, batch, **episode),
@@ -71,12 +77,14 @@ def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_t
 
 
 PIPELINE_PRESETS: dict[str, PipelineConfig] = {
-    # `make demo`: the tiny model on one CPU device, ~10-15 minutes on 2 cores.
-    "demo": _tiny(("files", "text"), train=2, heldout=2, turns=2, new_tokens=768, batch=4,
-                  bootstrap_steps=120, rsr_steps=10, rpr_updates=2, rpr_tasks=2),
+    # `make demo`: the tiny model on one CPU device with the shipped BPE tokenizer, starting from the
+    # shipped base (`--init_hf=trsi_jax/assets/tiny_base`, made by `experiments.make_base`). Held-out:
+    # 2 families x 20 tasks x 2 samples. Two turns: the reply with commands, then the confirmation.
+    "demo": _tiny(("files", "text"), train=16, heldout=20, turns=2, new_tokens=256, batch=4,
+                  bootstrap_steps=400, rsr_steps=30, rpr_updates=4, rpr_tasks=4),
     # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
     "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
-                bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4),
+                bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4, max_len=3072),
     # Paper-scale defaults (the stage presets of trsi_jax.config).
     "full": PipelineConfig(),
 }
