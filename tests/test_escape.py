@@ -105,14 +105,17 @@ def test_planted_links_never_lead_host_file_operations_out(tmp_path, backend):
     host_dir = tmp_path / "host-dir"
     host_dir.mkdir()
     (host_dir / "secret").write_text("host secret\n")
-    run = (f"RUN mkdir -p /run/trsi && ln -s {victim} /run/trsi/tmux.conf && ln -s {victim} /run/trsi/prompt"
-           f" && ln -s {host_dir} /srv/hostdir 2>/dev/null; mkdir -p /srv && ln -sfn {host_dir} /srv/hostdir\n")
+    run = (f"RUN mkdir -p /run/trsi /srv && ln -s {victim} /run/trsi/tmux.conf && ln -s {victim} /run/trsi/prompt"
+           f" && ln -sfn {host_dir} /srv/hostdir\nCOPY data.txt /srv/hostdir/\n")
     task = _task(tmp_path, run)
     with make_sandbox(task, backend) as sb:
         term = sb.terminal()
         _keys(term, "echo typed\n")
         _keys(term, f"rm -rf /logs; ln -s {host_dir} /logs; ln -s {host_dir} /app/res; "
                     f"ln -s {victim} /app/out.txt\n")
+        # /etc swapped for a link to the host (as bwrap sees it while it sets up mounts: /oldroot)
+        _keys(term, f"mv /etc /etc.old; ln -s /oldroot{host_dir} /etc || ln -s /oldroot{host_dir} /etc/alternatives\n")
+        sb.exec("true")
         assert sb.read_file("/app/out.txt") is None
         assert sb.read_file("/app/res/secret") is None
         sb.stop_processes()

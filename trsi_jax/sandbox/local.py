@@ -156,7 +156,9 @@ class LocalSandbox(Sandbox):
         if rebuilt_root:  # verifier/probe: a fresh root from the sandbox's own entries, host system dirs
             a += ["--tmpfs", "/"] + self._rebuilt_root(read_only=tmpfs_tmp)
         else:
-            a += ["--bind", str(self.root), "/"]
+            # /etc bound onto itself: as a mount point the agent cannot rename it or swap in a symlink that
+            # would lead bwrap's mount points below it (/etc/alternatives, ...) to host paths via /oldroot
+            a += ["--bind", str(self.root), "/", "--bind", str(self.root / "etc"), "/etc"]
         a += system_binds(None if rebuilt_root else self.root) + self.fs.etc_binds + ["--dev", "/dev", "--proc", "/proc"]
         if tmpfs_tmp:
             a += ["--tmpfs", "/tmp"]
