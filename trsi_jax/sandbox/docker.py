@@ -177,6 +177,19 @@ def ensure_image(client, task: Task, rules=None) -> str:
     return tag
 
 
+def _disk_quota(client, lim: Limits) -> dict | None:
+    """`--storage-opt size` where the storage driver enforces it (btrfs, zfs, overlay2 on XFS mounted with
+    pquota), else None: then the container's writes are bounded only per file (RLIMIT_FSIZE), which the
+    README states. Inodes are not capped separately (each costs bytes of the size cap where one exists)."""
+    if lim.disk_mb <= 0:
+        return None
+    info = client.info()
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
+    if info.get("Driver") in ("btrfs", "zfs") or (info.get("Driver") == "overlay2" and backing == "xfs"):
+        return {"size": f"{lim.disk_mb}M"}
+    return None
+
+
 class DockerSandbox(Sandbox):
     """One container per episode from the task's (cached) image."""
 
@@ -217,7 +230,8 @@ class DockerSandbox(Sandbox):
                 working_dir=self.workdir, network_mode="bridge" if self.task.allow_internet else "none",
                 mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
                 pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
-                privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {})
+                privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {},
+                storage_opt=_disk_quota(self.client, lim))
         except docker.errors.APIError as e:
             raise SandboxError(f"could not start a container from {self.image}: {e}") from None
         try:
