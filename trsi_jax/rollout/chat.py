@@ -61,7 +61,7 @@ class Encoded:
     policy_mask_T: np.ndarray
     turn_ids_T: np.ndarray
     turn_end_positions: tuple[int, ...]
-    reply_starts: tuple[int, ...] = ()
+    reply_starts: tuple[int, ...]
 
 
 def _check(message: Any, i: int) -> tuple[str, str]:
