@@ -30,13 +30,14 @@ TMUX_CONF = "".join(f'set -g {k} "{v}"\n' for k, v in TMUX_OPTIONS)
 TMUX_SET_OPTIONS = [w for k, v in TMUX_OPTIONS for w in ("set", "-g", k, v, ";")][:-1]
 # A tmux client loop run *inside* the sandbox (local backend): reads requests `argc\0arg\0...` on stdin,
 # answers `exit-code byte-count\n<output>`. Whatever answers on the socket (the agent may replace the
-# server) can then only affect this sandboxed client and the text the host gets back.
+# server) can then only affect this sandboxed client and the text the host gets back; a client that
+# hangs is cut off by PipeClient's timeout.
 CLIENT_LOOP = r"""exec 2>/dev/null
 export LC_ALL=C
 while IFS= read -r -d '' n; do
   args=()
   for ((i = 0; i < n; i++)); do IFS= read -r -d '' a; args+=("$a"); done
-  out=$(timeout -s KILL 20 tmux -S "$1" "${args[@]}" </dev/null 2>&1); rc=$?
+  out=$(tmux -S "$1" "${args[@]}" </dev/null 2>&1); rc=$?
   printf '%d %d
 %s' "$rc" "${#out}" "$out"
 done
