@@ -199,6 +199,24 @@ def shard_batch(batch: Any, mesh: Mesh) -> Any:
     return jax.tree_util.tree_map_with_path(one, batch)
 
 
+def to_host(tree: Any) -> Any:
+    """NumPy copy of every array leaf, whole on every process. Leaves split across processes are
+    gathered (`process_allgather`), a collective: all processes must call this in the same order.
+    Replicated and single-process leaves are read locally; non-array leaves pass through."""
+    from jax.experimental import multihost_utils
+
+    def one(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_addressable:
+            return np.asarray(jax.device_get(x))
+        if x.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree.map(one, tree)
+
+
 def shard_params(state: Any, mesh: Mesh, rules: Rules = RULES) -> Any:
     """`state` placed on `mesh` by `rules` (host or device arrays in, sharded arrays out)."""
     return jax.device_put(state, param_shardings(state, mesh, rules))

@@ -23,6 +23,7 @@ from safetensors.numpy import save_file
 
 from trsi_jax.config import ModelConfig
 from trsi_jax.models.qwen import Qwen
+from trsi_jax.sharding import to_host
 
 _PREFIX = re.compile(r"^(model\.language_model\.|model\.)")
 _OPTIONAL = re.compile(r"^(mtp\.|model\.visual\.|visual\.|model\.mtp\.)")
@@ -235,14 +236,6 @@ def load_hf(path: str, cfg: ModelConfig | None = None, shardings=None) -> Qwen:
 # ---------------------------------------------------------------------------------------------
 # Export.
 
-def _to_host(x: jax.Array) -> np.ndarray:
-    """The whole array on this host; a collective every process must join when `x` spans hosts."""
-    if x.is_fully_addressable:
-        return np.asarray(jax.device_get(x))
-    from jax.experimental import multihost_utils
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
 def generation_config(eos_token_ids: list[int], pad_token_id: int, bos_token_id: int | None) -> dict:
     """`generation_config.json`: generation stops at any of `eos_token_ids` (<|im_end|> first)."""
     out = dict(eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id)
@@ -286,7 +279,7 @@ def save_hf(model: Qwen, path: str, max_shard_bytes: int = 4 << 30, *, eos_token
 
     for e in tensor_table(cfg):
         arr = by_path[e.path]
-        arr = _to_host(arr[e.layer] if e.layer is not None else arr)
+        arr = to_host(arr[e.layer] if e.layer is not None else arr)
         if e.layout == "T":
             arr = arr.T
         elif e.layout == "conv":

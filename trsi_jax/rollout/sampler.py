@@ -124,15 +124,15 @@ def _prompt_width(longest: int, want: int, max_len: int) -> int:
     return max(longest, min(_bucket(longest, 16), max_len - want))
 
 
-def _warn_if_cut(toks_BN, len_B, limit_B, caps, stop_ids, prompt_lens, max_len: int) -> None:
-    """One warning per call naming how many replies the context cut (limit below the asked cap,
-    reached without a stop token)."""
-    cut = [b for b, cap in enumerate(caps) if limit_B[b] < cap and len_B[b] == limit_B[b]
-           and (len_B[b] == 0 or int(toks_BN[b, len_B[b] - 1]) not in stop_ids)]
+def _warn_if_cut(toks_BN, len_B, caps, room: int, stop_ids, prompt_lens, max_len: int) -> None:
+    """One warning per call naming how many replies the context cut (room below the asked cap,
+    filled without a stop token)."""
+    cut = [b for b, cap in enumerate(caps) if room < cap and len_B[b] == room
+           and int(toks_BN[b, len_B[b] - 1]) not in stop_ids]
     if cut:
-        logging.warning("%d of %d replies cut by the context (max_len=%d): prompts of %s tokens got %s of the %s "
-                        "tokens asked", len(cut), len(caps), max_len, [prompt_lens[b] for b in cut],
-                        [int(limit_B[b]) for b in cut], [caps[b] for b in cut])
+        logging.warning("%d of %d replies cut by the context (max_len=%d): prompts of %s tokens got %d of the %s "
+                        "tokens asked", len(cut), len(caps), max_len, [prompt_lens[b] for b in cut], room,
+                        [caps[b] for b in cut])
 
 
 class Sampler:
@@ -192,6 +192,8 @@ class Sampler:
         tokens_BT, mask_BT, limit_B = (jnp.asarray(x) for x in inputs)
         logits_BV, cache = _prefill(graphdef, state, tokens_BT, mask_BT, cache)
         toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg, self.pad_id)
-        toks_BN, logp_BN, len_B = jax.device_get((toks_BN, logp_BN, len_B))
-        _warn_if_cut(toks_BN, len_B, limit_B, caps, cfg.stop_ids, [len(p) for p in prompts], self.max_len)
+        from trsi_jax.sharding import to_host
+
+        toks_BN, logp_BN, len_B = to_host((toks_BN, logp_BN, len_B))  # whole batch on every host
+        _warn_if_cut(toks_BN, len_B, caps, room, cfg.stop_ids, [len(p) for p in prompts], self.max_len)
         return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]

@@ -231,6 +231,10 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
                     episodes, families, fdr_stats, reward=cfg.reward, kappa=cfg.kappa, fdr_beta=cfg.fdr_beta,
                     fdr_clip=cfg.fdr_clip, truncation=cfg.truncation, row_multiple=cfg.ppo.minibatch_size)
                 arrays = {"tokens": batch.tokens, "mask": batch.mask, "policy_mask": batch.policy_mask}
+                if jax.process_count() > 1:  # every host ran the same episodes; a diverged sandbox is an error
+                    from jax.experimental import multihost_utils
+                    multihost_utils.assert_equal((arrays, batch.rewards), f"{stage_name(cfg)} update {update + 1}: "
+                                                 "hosts' rollout batches differ (non-deterministic sandbox output?)")
                 scored = learner.score(arrays)
                 rewards = batch.rewards
                 if cfg.truncation == "bootstrap":

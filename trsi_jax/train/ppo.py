@@ -96,7 +96,7 @@ class PPOLearner:
                  reference: nnx.Module | None = None, temperature: float = 1.0, vocab_limit: int = 0):
         if cfg.kl_coef > 0 and reference is None:
             raise ValueError("PPOConfig.kl_coef > 0 needs a reference policy (pass reference=...)")
-        shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES) * jax.process_count()
+        shards = math.prod(mesh.shape[a] for a in sharding.BATCH_AXES)  # global: spans every process
         if cfg.minibatch_size % shards:
             raise ValueError(f"PPOConfig.minibatch_size={cfg.minibatch_size} must be a multiple of the "
                              f"mesh's data*fsdp size {shards}")
@@ -239,7 +239,7 @@ class PPOLearner:
                    "old_values": values, "cut_values": cut}
             if self.ref_params is not None:
                 out["ref_logprobs"] = self._logprobs(self.ref_params, self.ref_rest, mb)
-            parts.append(jax.device_get(out))
+            parts.append(sharding.to_host(out))  # rows live on several hosts in multi-host runs
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def update(self, batch: dict[str, np.ndarray], seed: int, *, train_policy: bool) -> dict[str, float]:
@@ -266,7 +266,7 @@ class PPOLearner:
                 self.critic_params, self.critic_opt, critic_metrics = self._critic_step(
                     self.critic_params, self.critic_rest, self.critic_opt, mb)
                 history.append({**metrics, **critic_metrics})
-        history = jax.device_get(history)
+        history = sharding.to_host(history)
         seconds = time.perf_counter() - start
         out = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
         out["ppo/tokens_per_sec"] = float(batch["mask"].sum()) * self.cfg.epochs / max(seconds, 1e-9)
