@@ -82,7 +82,7 @@ def test_room_comes_from_the_real_prompt_length(model, caplog):
         out = sampler.generate([[7, 8, 9], list(range(1, 21))], never_stops, jax.random.key(0), max_new_tokens=[12, 3])
     assert [len(t) for t, _ in out] == [4, 3]
     cut = [r.getMessage() for r in caplog.records if "cut by the context" in r.getMessage()]
-    assert cut == ["1 of 2 replies cut by the context (max_len=24): prompts of [3] tokens got [4] of the [12] "
+    assert cut == ["1 of 2 replies cut by the context (max_len=24): prompts of [3] tokens got 4 of the [12] "
                    "tokens asked"]
     with pytest.raises(ValueError, match="max_len=24"):
         sampler.generate([list(range(1, 25))], GREEDY, jax.random.key(0))
