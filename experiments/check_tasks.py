@@ -30,6 +30,7 @@ flags.DEFINE_integer("jobs", 1, "tasks checked at once")
 flags.DEFINE_bool("oracle_internet", True, "give the reference solution the machine's network, as Terminal-Bench "
                   "does (solutions may apt-get or pip install); the empty episode never has it")
 flags.DEFINE_string("out", None, "also write one JSON line per task here")
+flags.DEFINE_string("task_logs", None, "write each task's full build/solution/verifier output to <task_logs>/<task>.log")
 
 # Output that means a source this machine cannot reach was needed (group 1, if any, names it).
 _UNREACHABLE = [
@@ -42,6 +43,9 @@ _UNREACHABLE = [
     re.compile(r"HTTPSConnectionPool\(host='([\w.-]+)'"),
     re.compile(r"Max retries exceeded with url"),
     re.compile(r"failed to resolve source metadata for ([\w./:-]+)"),
+    re.compile(r"The command '/bin/sh -c (?:[^']*\b)?(?:wget|curl|git clone)\b[^']*?(https?://[\w.-]+)"),
+    re.compile(r"Couldn't find '[^']*' on the (Hugging Face Hub)"),
+    re.compile(r"We couldn't connect to '(https?://[\w.-]+)'"),
 ]
 # Output that means a package is missing from the reachable Debian archive or PyPI.
 _NO_PACKAGE = [
@@ -101,7 +105,14 @@ def _why(res, extra: str = "") -> str:
     return "\n".join(x for x in (extra, getattr(res, "error", None) or "", res.log) if x)
 
 
-def check(task, backend: str, oracle_internet: bool) -> Row:
+def _save(log_dir: str | None, task_id: str, **parts: str) -> None:
+    if log_dir:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        text = "".join(f"===== {name}\n{value}\n" for name, value in parts.items())
+        (Path(log_dir) / f"{task_id}.log").write_text(text)
+
+
+def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None) -> Row:
     """Build, oracle and empty episode for one task (each in a fresh sandbox)."""
     from trsi_jax.sandbox import SandboxError, make_sandbox, verify
     from trsi_jax.sandbox.oracle import run_solution
@@ -118,6 +129,7 @@ def check(task, backend: str, oracle_internet: bool) -> Row:
                 row.where = "local"  # the local backend cannot replay this step: a limit, not a bug
             step = re.match(r"(\S+Dockerfile:\d+)", header)
             row.cause = f"build ({step.group(1).rsplit('/', 1)[-1] if step else 'Dockerfile'}): {row.cause}"
+            _save(log_dir, task.task_id, build=str(e))
             return row
         row.built = "yes"
         solve_task = dataclasses.replace(task, allow_internet=True) if oracle_internet else task
@@ -131,6 +143,7 @@ def check(task, backend: str, oracle_internet: bool) -> Row:
         with make_sandbox(task, backend) as esb:
             empty = verify(esb, task)
         row.empty = _result_cell(empty)
+        _save(log_dir, task.task_id, solution=out, oracle=_why(oracle) if oracle else "", empty=_why(empty))
         if oracle is not None and row.oracle != "pass":
             where, cause = classify(_why(oracle, out))
             row.where, row.cause = where, f"oracle: {cause}"
@@ -177,7 +190,7 @@ def main(argv):
           flush=True)
     out = open(FLAGS.out, "a") if FLAGS.out else None  # noqa: SIM115 (closed below)
     with ThreadPoolExecutor(max(1, FLAGS.jobs)) as pool:
-        for row in pool.map(lambda t: check(t, FLAGS.backend, FLAGS.oracle_internet), tasks):
+        for row in pool.map(lambda t: check(t, FLAGS.backend, FLAGS.oracle_internet, FLAGS.task_logs), tasks):
             rows.append(row)
             print(f"{row.task}: built={row.built} oracle={row.oracle} empty={row.empty} {row.seconds:.0f}s "
                   f"{row.where} {row.cause}", flush=True)
