@@ -83,7 +83,7 @@ def test_text_conversations_match_apply_chat_template_on_qwen3(qwen3_ref, thinki
     assert [enc.tokens_T[e] for e in enc.turn_end_positions] == [tok.im_end_id] * 3
 
 
-def sample_like_qwen3(tok, history, reply):
+def sample_like_qwen3(tok, reply):
     """What a sampler returns after `encode_prompt(history)`: the reply's canonical ids and <|im_end|>
     (in thinking mode the model writes the <think> block itself; otherwise the prompt holds it)."""
     if not tok.thinking and reply.startswith("<think>"):
@@ -101,7 +101,7 @@ def test_sampled_replies_are_reused_verbatim_and_match_the_template(qwen3_ref, t
         if i in replies:
             prompt = encode_prompt(msgs, tok)
             assert prompt == reference_ids(qwen3_ref, msgs, thinking, True)
-            ids = sample_like_qwen3(tok, msgs, replies[i])
+            ids = sample_like_qwen3(tok, replies[i])
             text = tok.decode(ids[:-1])
             m = {"role": "assistant", "content": text, "tokens": ids}
             sampled[i] = (prompt, ids)
