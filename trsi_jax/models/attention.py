@@ -51,6 +51,7 @@ class Attention(nnx.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_plus_one, cfg.param_dtype)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg.norm_plus_one, cfg.param_dtype)
 
+    @jax.named_scope("attention")
     def __call__(self, x_BTD, cos_BTR, sin_BTR, valid_BS, slots_T, kv_cache=None):
         """Returns (out_BTD, (k_BSKD, v_BSKD) | None).
 

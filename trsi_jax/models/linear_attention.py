@@ -21,6 +21,7 @@ class GatedRMSNorm(nnx.Module):
         self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
         self.eps = eps
 
+    @jax.named_scope("norm")
     def __call__(self, o, z):
         o32 = o.astype(jnp.float32)
         y = o32 * jax.lax.rsqrt(jnp.mean(o32 * o32, axis=-1, keepdims=True) + self.eps)
@@ -46,6 +47,7 @@ class GatedDeltaNet(nnx.Module):
         self.norm = GatedRMSNorm(dv, cfg.rms_norm_eps, cfg.param_dtype)
         self.out_proj = dense(cfg, hv * dv, cfg.hidden_size, rngs)
 
+    @jax.named_scope("gdn_proj")
     def __call__(self, x_BTD, mask_BT, state=None):
         """Returns (out_BTD, (conv_BKC, rec_BHDV) | None).
 

@@ -17,7 +17,7 @@ from trsi_jax import sharding
 from trsi_jax.config import ModelConfig
 from trsi_jax.models.attention import Attention
 from trsi_jax.models.cache import Cache, num_layers_by_kind
-from trsi_jax.models.layers import MLP, RMSNorm, dense, rope_cos_sin
+from trsi_jax.models.layers import MLP, Dense, RMSNorm, dense, rope_cos_sin
 from trsi_jax.models.linear_attention import GatedDeltaNet
 
 REMAT_POLICIES = {
@@ -185,12 +185,14 @@ class Qwen(nnx.Module):
         self.model = _build(Backbone, cfg, rngs)
         self.lm_head = None if cfg.tie_embeddings else dense(cfg, cfg.hidden_size, cfg.vocab_size, rngs)
 
+    @jax.named_scope("lm_head")
     def _logits(self, h_BTD):
         if self.lm_head is None:
             return self.model.embed_tokens.attend(h_BTD)
         kernel = sharding.gather_weight("lm_head/kernel", self.lm_head.kernel[...])
         dtype = self.cfg.dtype
-        return jnp.dot(h_BTD.astype(dtype), kernel.astype(dtype))
+        h_ND = h_BTD.reshape(-1, h_BTD.shape[-1]).astype(dtype)  # 2-D: see layers.Dense
+        return jnp.dot(h_ND, kernel.astype(dtype)).reshape(*h_BTD.shape[:-1], -1)
 
     def __call__(self, tokens_BT, mask_BT=None):
         return self._logits(self.hidden(tokens_BT, mask_BT))
@@ -223,9 +225,9 @@ class Critic(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, backbone: Backbone | None = None):
         self.cfg = cfg
         self.model = backbone if backbone is not None else _build(Backbone, cfg, rngs)
-        self.value_head = nnx.Linear(cfg.hidden_size, 1, use_bias=True, dtype=jnp.float32,
-                                     param_dtype=jnp.float32, kernel_init=nnx.initializers.zeros_init(),
-                                     rngs=rngs)
+        self.value_head = Dense(cfg.hidden_size, 1, use_bias=True, dtype=jnp.float32,
+                                param_dtype=jnp.float32, kernel_init=nnx.initializers.zeros_init(),
+                                rngs=rngs)
 
     def __call__(self, tokens_BT, mask_BT=None):
         h_BTD = self.model(tokens_BT, mask_BT)[0]

@@ -32,6 +32,7 @@ from trsi_jax.train.data import BucketedBatches, SFTExample
 from trsi_jax.train.optim import make_optimizer, make_schedule
 
 
+@jax.named_scope("loss")
 def sft_loss(logits_BTV: jax.Array, tokens_BT: jax.Array, loss_mask_BT: jax.Array):
     """Mean NLL of token t+1 given the prefix up to t, over targets whose loss_mask is 1.
 
@@ -39,9 +40,11 @@ def sft_loss(logits_BTV: jax.Array, tokens_BT: jax.Array, loss_mask_BT: jax.Arra
     loss covers exactly the assistant tokens, never the prompt or observations that precede them.
     Returns (loss, {"loss", "tokens"}).
     """
-    z_BTV = logits_BTV[:, :-1].astype(jnp.float32)
-    target_BT = tokens_BT[:, 1:]
-    w_BT = loss_mask_BT[:, 1:].astype(jnp.float32)
+    # Targets shifted left instead of logits sliced: slicing [B, T, V] costs a pad + copy of it
+    # in the backward pass. The last position gets weight 0.
+    z_BTV = logits_BTV.astype(jnp.float32)
+    target_BT = jnp.pad(tokens_BT[:, 1:], ((0, 0), (0, 1)))
+    w_BT = jnp.pad(loss_mask_BT[:, 1:], ((0, 0), (0, 1))).astype(jnp.float32)
     # logsumexp - target logit: no normalised [B, T, V] copy next to the logits (V is 248k).
     nll_BT = jax.nn.logsumexp(z_BTV, axis=-1) - jnp.take_along_axis(z_BTV, target_BT[..., None], axis=-1)[..., 0]
     count = w_BT.sum()
@@ -58,8 +61,9 @@ def _loss_fn(graphdef, params, rest, batch):
 def _train_step(graphdef, tx, params, rest, opt_state, batch):
     (_, metrics), grads = jax.value_and_grad(
         lambda p: _loss_fn(graphdef, p, rest, batch), has_aux=True)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
+    with jax.named_scope("optimizer"):
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
     return params, opt_state, dict(metrics, grad_norm=optax.global_norm(grads))
 
 
