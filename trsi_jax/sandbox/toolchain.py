@@ -34,8 +34,12 @@ PYTHON = f"{MOUNT}/bin/trsi-python"
 PYTEST_INI = f"{MOUNT}/pytest.ini"
 MISSING_MARK = "trsi-verifier-missing:"  # printed by shims when a test script needs what we lack
 # Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all).
+# Left out (too big for one shared cache, or not on PyPI as wheels): torch, torchvision, transformers,
+# datasets, mteb, timm, opencv, mujoco, selenium, fasttext; tasks asking for them report an error.
 PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==1.16.2", "pandas==2.3.2",
-            "pillow==11.2.1", "requests==2.32.4", "psutil==7.0.0", "toml==0.10.2")
+            "pillow==11.2.1", "requests==2.32.4", "psutil==7.0.0", "toml==0.10.2", "rdflib==7.1.4", "chess==1.11.2",
+            "beautifulsoup4==4.13.5", "bs4==0.0.2", "biopython==1.85", "shapely==2.1.1", "scikit-learn==1.7.0",
+            "scikit-image==0.25.0", "matplotlib==3.10.7", "tqdm==4.67.1", "pytesseract==0.3.13", "setuptools==78.1.1")
 VERSION = "1"  # bump when the layout below changes
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
 
@@ -80,7 +84,7 @@ def _build(t: Path, packages: tuple[str, ...]) -> None:
     ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     site = t / "lib" / f"python{ver}" / "site-packages"
     res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          "--no-input", "--only-binary=:all:", "--no-compile", "--target", str(site), *packages],
+                          "--no-input", "--prefer-binary", "--no-compile", "--target", str(site), *packages],
                          capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         raise ToolchainError(f"could not build the verifier toolchain in {t.parent}: pip install {' '.join(packages)} "
