@@ -31,8 +31,9 @@ def _conversation(task, steps):
 
 
 class _Ep:
-    def __init__(self, task, messages, strict=True):
+    def __init__(self, task, messages, strict=True, outcome="success"):
         self.task_id, self.messages, self.strict, self.harness = task.task_id, messages, strict, "common"
+        self.outcome = outcome
 
 
 SORT = 'cd /app/inbox; for f in *; do x=$(echo "${f##*.}" | tr A-Z a-z); mkdir -p ../sorted/$x; mv "$f" ../sorted/$x/; done; cd /app'
@@ -157,6 +158,7 @@ def test_sft_examples_drop_runbook_context_and_keep_clean_replays(task):
     assert any(r.startswith("quotes solution/") for r in contamination(cheating, rb, scanner))
     replays = [{"episode": _Ep(task, m), "runbook": rb} for m in (clean, leaked_ctx, pitfall_ctx, cheating)]
     replays.append({"episode": _Ep(task, clean, strict=False), "runbook": rb})  # unverified: never used
+    replays.append({"episode": _Ep(task, clean, outcome="verifier_error"), "runbook": rb})  # no result: never used
     examples, dropped = build_examples(replays, {task.task_id: scanner}, TOK)
     assert len(examples) == 1 and len(dropped) == 3
     enc = encode_chat(clean, TOK)
