@@ -19,9 +19,6 @@ TESTS_PATH = "/tests"
 VERIFIER_LOGS = "/logs/verifier"
 DEFAULT_EXEC_TIMEOUT_SEC = 60.0
 BUILD_TIMEOUT_SEC = 600.0
-# Environment of verifier runs: no cwd on sys.path (an agent's /app/pytest.py cannot shadow pytest),
-# no user site-packages, no bytecode written next to the tests.
-VERIFIER_ENV = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class SandboxError(RuntimeError):
@@ -122,8 +119,9 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def exec(self, cmd: str, timeout_sec: float = DEFAULT_EXEC_TIMEOUT_SEC, *, env: dict[str, str] | None = None,
              with_pytest: bool = False) -> ExecResult:
-        """Run `cmd` with bash in the workdir. `with_pytest` puts a python3 that has pytest first on
-        PATH (the verifier's interpreter); it is only used after the agent has finished."""
+        """Run `cmd` with bash in the workdir. `with_pytest` makes it a verifier run: the verifier
+        toolchain (toolchain.py) at /.trsi with its shims first on PATH, on a root the agent's
+        loader/python configuration cannot reach; only used after the agent has finished."""
 
     @abc.abstractmethod
     def terminal(self):
