@@ -52,6 +52,7 @@ _NO_PACKAGE = [
     re.compile(r"Unable to locate package (\S+)"),
     re.compile(r"Package '?(\S+?)'? has no installation candidate"),
     re.compile(r"No matching distribution found for (\S+)"),
+    re.compile(r"E: Version '([^']+)' for '([^']+)' was not found"),  # (version, package)
 ]
 
 
@@ -77,15 +78,21 @@ def classify(text: str) -> tuple[str, str]:
     for pat in _NO_PACKAGE:
         m = pat.search(text)
         if m:
-            return "outside", f"package {m.group(1)} is not in the reachable archives (Debian, PyPI)"
+            name = f"{m.group(2)}={m.group(1)}" if len(m.groups()) == 2 else m.group(1)
+            return "outside", (f"package {name} is not in the reachable archives (Debian, PyPI; "
+                               "ubuntu:24.04 stands in as Debian trixie)")
     return "inside", telling_line(text)
 
 
 def telling_line(text: str) -> str:
-    """The last line that looks like the reason (an error, a failure, our stand-in's message), else the last."""
+    """The line that best says why: what the verifier lacked, else the first failed test of pytest's
+    summary, else the last line that looks like an error, else the last line."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    hits = [ln for ln in lines if _TELLING.search(ln)]
-    return ((hits or lines or ["no output"])[-1])[:200]
+    for pick in ([ln for ln in lines if ln.startswith("trsi-verifier-missing:")],
+                 [ln for ln in lines if ln.startswith("FAILED ")][:1],
+                 [ln for ln in lines if _TELLING.search(ln) and not ln.startswith("=")], lines, ["no output"]):
+        if pick:
+            return pick[-1][:200]
 
 
 _TELLING = re.compile(r"local backend:|externally-managed|Read-only file system|\berror\b|^E: |not found|failed|"
@@ -146,6 +153,8 @@ def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None)
         _save(log_dir, task.task_id, solution=out, oracle=_why(oracle) if oracle else "", empty=_why(empty))
         if oracle is not None and row.oracle != "pass":
             where, cause = classify(_why(oracle, out))
+            if re.search(r"^Setting up \S+", out, re.MULTILINE):
+                cause += " (the solution apt-installed packages; does the verifier see them?)"
             row.where, row.cause = where, f"oracle: {cause}"
         elif row.empty in ("pass", "no result"):
             where, cause = classify(_why(empty))

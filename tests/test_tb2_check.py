@@ -1,0 +1,68 @@
+"""experiments/check_tasks: failure causes classified from real Terminal-Bench 2 outputs, and one
+real task checked end to end on the local backend."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments.check_tasks import Row, check, classify, summary, table
+from trsi_jax.sandbox.apt_standin import host_packages
+from trsi_jax.tasks import load_task
+
+TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
+
+
+@pytest.mark.parametrize("text, where, cause", [
+    ("Cloning into '/app'...\nfatal: unable to access 'https://github.com/bottlepy/bottle.git/': Could not "
+     "resolve host: github.com", "outside", "needs https://github.com, which this machine cannot reach"),
+    ("docker build failed: The command '/bin/sh -c wget -q https://dl-cdn.alpinelinux.org/alpine/v3.19/x.iso "
+     "-O /app/alpine.iso' returned a non-zero code: 4", "outside",
+     "needs https://dl-cdn.alpinelinux.org, which this machine cannot reach"),
+    ("E: Version '4.3.3-2build2' for 'r-base' was not found", "outside",
+     "package r-base=4.3.3-2build2 is not in the reachable archives (Debian, PyPI; ubuntu:24.04 stands in "
+     "as Debian trixie)"),
+    ("E: Unable to locate package python3.12-venv", "outside",
+     "package python3.12-venv is not in the reachable archives (Debian, PyPI; ubuntu:24.04 stands in as Debian "
+     "trixie)"),
+    ("trsi-verifier: apt-get update: skipped\ntrsi-verifier-missing: apt-get: package primer3 is not installed\n"
+     "=== 1 failed in 0.3s ===", "inside", "trsi-verifier-missing: apt-get: package primer3 is not installed"),
+    ("FAILED ../tests/test_outputs.py::test_gcov_enabled - AssertionError: No .gcda\n"
+     "FAILED ../tests/test_outputs.py::test_b - x\n===== 2 failed, 1 passed in 0.23s =====", "inside",
+     "FAILED ../tests/test_outputs.py::test_gcov_enabled - AssertionError: No .gcda"),
+    ("", "inside", "no output"),
+])
+def test_classify(text, where, cause):
+    assert classify(text) == (where, cause)
+
+
+def test_table_and_summary():
+    rows = [Row("a", "yes", "pass", "fail 1/3", 12.3), Row("bb", "no", where="outside", cause="build: needs x"),
+            Row("c", "no", where="local", cause="build: y")]
+    assert table(rows).splitlines() == [
+        "task  built  oracle  empty     seconds  cause of failure",
+        "a     yes    pass    fail 1/3  12       ",
+        "bb    no     -       -         0        [outside] build: needs x",
+        "c     no     -       -         0        [local] build: y"]
+    assert summary(rows) == ("3 tasks: 1 healthy, 1 with an outside cause, 0 with an inside cause, "
+                             "1 the local backend cannot build (use --backend=docker)")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TB2.is_dir() or shutil.which("bwrap") is None or "gcc" not in host_packages().split(),
+                    reason="needs the shared TB2 tasks, bubblewrap and gcc on the host")
+def test_check_real_task_on_local_backend():
+    """circuit-fibsqrt builds locally (apt-get gcc from the host, COPY tests/sim.c), its oracle passes
+    and its empty episode fails with tests run."""
+    row = check(load_task(TB2 / "circuit-fibsqrt"), "local", oracle_internet=False)
+    assert (row.built, row.oracle, row.where, row.cause) == ("yes", "pass", "", "")
+    assert row.empty.startswith("fail ") and row.empty != "fail 0/0"
+
+
+def test_local_backend_rejection_is_not_an_inside_cause():
+    if not TB2.is_dir() or shutil.which("bwrap") is None:
+        pytest.skip("needs the shared TB2 tasks and bubblewrap")
+    row = check(load_task(TB2 / "regex-chess"), "local", oracle_internet=False)
+    assert (row.built, row.where) == ("no", "local")
+    assert row.cause.startswith("build (Dockerfile:5): ")
