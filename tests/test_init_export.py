@@ -111,8 +111,8 @@ def test_rsr_then_rpr_from_hf_folder_and_export(hf_folder, tmp_path):
          "--rpr.max_turns=1", "--rpr.max_new_tokens=8", "--rpr.max_len=2048", "--rpr.fdr_beta=0",
          "--rpr.ppo.entropy_coef=0.01", "--rpr.policy_optim.lr=1e-3", f"--export_hf={out}")
 
-    with open(os.path.join(rsr, "handoff.json")) as f:
-        assert json.load(f)  # the RSR stage recorded where its policy came from
+    with open(os.path.join(rpr, "handoff.json")) as f:
+        assert json.load(f)["rpr-1"]["policy_from"]["dir"] == os.path.join(rsr, "checkpoints")
     tok = load_tokenizer(hf_folder)
     hf_tok = AutoTokenizer.from_pretrained(out)
     text = "<|im_start|>user\nList the files in /tmp.<|im_end|>\n<|im_start|>assistant\n"
