@@ -153,7 +153,8 @@ def test_loader_config_pointing_libraries_at_agent_code_is_ignored(task, backend
     "ln -sf /proc/self/root/tests/expected.txt /app/out.txt",
     "rm -rf /tests && mkdir -p /tests && ln /app/seed.txt /tests/expected.txt && ln -sf /tests/expected.txt "
     "/app/out.txt",  # a hard link planted where the tests will go
-], ids=["direct", "via-root-link", "via-dir-link", "via-proc", "hardlink-at-tests"])
+    "mkdir -p /app/$(printf 'd/%.0s' $(seq 1500)) && ln -sf /tests/expected.txt /app/out.txt",  # deep tree first
+], ids=["direct", "via-root-link", "via-dir-link", "via-proc", "hardlink-at-tests", "deep-tree"])
 def test_links_into_the_tests_do_not_resolve(task, backend, link):
     res, markers = _verify_after(task, backend, link)
     _assert_not_forged(res, markers)

@@ -52,9 +52,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRSI_VERIFIER_CACHE", Path.home() / ".cache" / "trsi_jax" / "verifier"))
 
 
-def toolchain_key(packages: tuple[str, ...] = PACKAGES) -> str:
+def _packages_key(packages: tuple[str, ...]) -> str:
     h = hashlib.sha256(f"{VERSION}|{sys.version}|{sys.platform}|{'|'.join(sorted(packages))}".encode())
     return f"py{sys.version_info[0]}{sys.version_info[1]}-{h.hexdigest()[:12]}"
+
+
+def toolchain_key(packages: tuple[str, ...] = PACKAGES) -> str:
+    """<interpreter+packages>-<layout>: the layout part changes with this file and shim.py."""
+    layout = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("shim.py").read_bytes())
+    return f"{_packages_key(packages)}-{layout.hexdigest()[:8]}"
 
 
 def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Path:
@@ -71,7 +77,8 @@ def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Pa
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.tmp-", dir=root))
         try:
-            _build(tmp, packages)
+            same = [d for d in root.glob(f"{_packages_key(packages)}-*") if (d / ".complete").is_file()]
+            _build(tmp, packages, reuse=same[0] if same else None)
             (tmp / ".complete").write_text("\n".join(packages) + "\n")
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
@@ -80,18 +87,15 @@ def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Pa
     return final
 
 
-def _build(t: Path, packages: tuple[str, ...]) -> None:
+def _build(t: Path, packages: tuple[str, ...], reuse: Path | None) -> None:
+    """Interpreter, packages and libraries (hard-linked from `reuse`, a toolchain with the same
+    packages and an older layout, when there is one), then the wrappers and shims."""
     ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    site = t / "lib" / f"python{ver}" / "site-packages"
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          "--no-input", "--prefer-binary", "--no-compile", "--target", str(site), *packages],
-                         capture_output=True, text=True, timeout=1800)
-    if res.returncode != 0:
-        raise ToolchainError(f"could not build the verifier toolchain in {t.parent}: pip install {' '.join(packages)} "
-                             f"failed (is PyPI reachable? build it once where it is: `python -m "
-                             f"trsi_jax.sandbox.toolchain`, or copy {cache_root()} here):\n{res.stderr[-1500:]}")
-    _copy_runtime(t / "rt", ver)
-    _bundle_libs(t / "rt" / "syslib", [t / "rt"], [site])
+    if reuse is not None:
+        for part in ("rt", "lib"):
+            subprocess.run(["cp", "-al", str(reuse / part), str(t / part)], check=True)
+    else:
+        _install(t, packages, ver)
     (t / "pyvenv.cfg").write_text(f"home = {MOUNT}/rt/bin\ninclude-system-site-packages = false\nversion = "
                                   f"{sys.version.split()[0]}\n")
     (t / "pytest.ini").write_text("[pytest]\n")
@@ -118,6 +122,19 @@ done
 echo "NAME: command not found" >&2
 exit 127
 """
+
+
+def _install(t: Path, packages: tuple[str, ...], ver: str) -> None:
+    site = t / "lib" / f"python{ver}" / "site-packages"
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--no-input", "--prefer-binary", "--no-compile", "--target", str(site), *packages],
+                         capture_output=True, text=True, timeout=1800)
+    if res.returncode != 0:
+        raise ToolchainError(f"could not build the verifier toolchain in {t.parent}: pip install {' '.join(packages)} "
+                             f"failed (is PyPI reachable? build it once where it is: `python -m "
+                             f"trsi_jax.sandbox.toolchain`, or copy {cache_root()} here):\n{res.stderr[-1500:]}")
+    _copy_runtime(t / "rt", ver)
+    _bundle_libs(t / "rt" / "syslib", [t / "rt"], [site])
 
 
 def _write_exe(path: Path, text: str) -> None:
