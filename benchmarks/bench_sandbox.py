@@ -7,6 +7,7 @@ backend's speed-up over docker measured side by side in this run.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -72,7 +73,8 @@ def main() -> None:
                 r = run(task, backend, a.episodes, par)
                 table[(backend, par)] = r
                 print(f"{backend:7s} parallel={par}: start {r['start_ms']:8.1f} ms (median)  episode "
-                      f"{r['episode_s']:6.2f} s (median)  throughput {r['eps_per_s']:6.2f} episodes/s", flush=True)
+                      f"{r['episode_s']:6.2f} s (median)  throughput {r['eps_per_s']:6.2f} episodes/s  "
+                      f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
         for par in (1, a.parallel):
             if ("local", par) in table and ("docker", par) in table:
                 loc, dok = table[("local", par)], table[("docker", par)]
