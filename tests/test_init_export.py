@@ -131,3 +131,31 @@ def test_rsr_then_rpr_from_hf_folder_and_export(hf_folder, tmp_path):
     # The export is the trained policy, not the starting weights.
     start = AutoModelForCausalLM.from_pretrained(hf_folder, attn_implementation="eager").eval()
     assert np.abs(_torch_logits(start, tokens) - _torch_logits(exported, tokens)).max() > 1e-4
+
+
+def test_pipeline_base_is_the_hf_model(tmp_path):
+    """With init_hf the pipeline's base stage is the HF folder itself: no bootstrap, a hand-off
+    record naming the folder, and later stages and evaluation load it onto the pipeline mesh."""
+    import dataclasses
+
+    from trsi_jax.config import MeshConfig
+    from trsi_jax.models import load_hf, save_hf
+    from trsi_jax.pipeline.config import pipeline_preset
+    from trsi_jax.pipeline.run import Pipeline
+    from trsi_jax.rpr.handoff import load_policy, read_handoff
+
+    cfg = model_preset("tiny")
+    hf = str(tmp_path / "hf")
+    save_hf(Qwen(cfg, rngs=nnx.Rngs(5)), hf)
+    pcfg = dataclasses.replace(pipeline_preset("ci"), families=("files",), train_per_family=1, heldout_per_family=1,
+                               mesh=MeshConfig(data=1, fsdp=2, tensor=4))
+    pipe = Pipeline(pcfg, cfg, str(tmp_path / "run"), ByteTokenizer(), show_progress=False, init_hf=hf)
+    assert pipe._once("base", pipe._base) == {"hf": hf, "seconds": pytest.approx(0, abs=60)}
+    assert not os.path.exists(tmp_path / "run" / "base" / "checkpoints")
+    assert read_handoff(str(tmp_path / "run"))["base"]["policy_from"] == {"dir": hf, "hf": True}
+    policy, source = load_policy(pipe.checkpoints("base"), cfg, pipe.mesh)
+    assert source == {"dir": hf, "hf": True}
+    assert policy.model.embed_tokens.embedding[...].sharding.mesh.shape == pipe.mesh.shape
+    import jax
+    for a, b in zip(jax.tree.leaves(nnx.state(policy, nnx.Param)), jax.tree.leaves(nnx.state(load_hf(hf), nnx.Param))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
