@@ -135,14 +135,17 @@ def test_full_size_presets_build_abstractly(preset, count):
     assert sum(int(np.prod(p.shape)) for p in params) == count
 
 
-def test_blocked_attention_matches_reference():
-    """Query blocking (any T, incl. a ragged last block) == a direct masked softmax in NumPy."""
+@pytest.mark.parametrize("self_keys", [False, True])
+def test_blocked_attention_matches_reference(self_keys):
+    """Query blocking (any T, incl. a ragged last block; with self_keys each block reads only the
+    keys up to its end) == a direct masked softmax in NumPy."""
     ks = jax.random.split(jax.random.key(0), 3)
     b, t, h, kv, d = 2, 11, 4, 2, 8
     q = jax.random.normal(ks[0], (b, t, h, d))
     k, v = jax.random.normal(ks[1], (b, t, kv, d)), jax.random.normal(ks[2], (b, t, kv, d))
     valid = jnp.asarray(np.arange(t)[None, :] >= np.array([[0], [3]]))  # row 1: 3 left pads
-    blocked = jax.jit(attend, static_argnames="q_block")(q, k, v, valid, jnp.arange(t), q_block=4)
+    blocked = jax.jit(attend, static_argnames=("q_block", "self_keys"))(q, k, v, valid, jnp.arange(t), q_block=4,
+                                                                      self_keys=self_keys)
     qn, kn, vn = (np.repeat(np.asarray(x), h // x.shape[2], axis=2) for x in (q, k, v))
     logits = np.einsum("bthd,bshd->bhts", qn, kn) / np.sqrt(d)
     allowed = np.asarray(valid)[:, None, None, :] & (np.arange(t)[None, :] <= np.arange(t)[:, None])[None, None]

@@ -9,26 +9,32 @@ from trsi_jax.config import ModelConfig
 from trsi_jax.models.layers import RMSNorm, apply_rope, dense
 
 
-def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 512):
+def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 512, self_keys: bool = False):
     """Softmax attention with grouped KV heads; logits and softmax in fp32.
 
     Query t (at cache slot `slots_T[t]`) reads key slot s iff `valid_BS[:, s]` and s <= slots_T[t]
     (causality and padding). A query with no readable key (a left pad) gets a finite, meaningless
     output. Queries run in blocks of `q_block`, so the logits never exceed [B, H, q_block, S].
+    `self_keys=True` promises the keys are the queries' own tokens (slots_T = arange(T), S = T):
+    query block i then reads only keys [0, end of block i), which halves the work at long T.
     """
     b, t, h, d = q_BTHD.shape
     s, kv = k_BSKD.shape[1], k_BSKD.shape[2]
 
-    def block(q_BtHD, slots_t):
+    def block(q_BtHD, slots_t, keys: int = s):
         q_BtKGD = q_BtHD.reshape(b, -1, kv, h // kv, d)
-        logits = jnp.einsum("btkgd,bskd->bkgts", q_BtKGD, k_BSKD, preferred_element_type=jnp.float32) * (d ** -0.5)
-        allowed_Bts = valid_BS[:, None, :] & (jnp.arange(s)[None, None, :] <= slots_t[None, :, None])
+        k_BsKD, v_BsKD = k_BSKD[:, :keys], v_BSKD[:, :keys]
+        logits = jnp.einsum("btkgd,bskd->bkgts", q_BtKGD, k_BsKD, preferred_element_type=jnp.float32) * (d ** -0.5)
+        allowed_Bts = valid_BS[:, None, :keys] & (jnp.arange(keys)[None, None, :] <= slots_t[None, :, None])
         logits = jnp.where(allowed_Bts[:, None, None], logits, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(logits, axis=-1).astype(v_BSKD.dtype)
-        return jnp.einsum("bkgts,bskd->btkgd", probs, v_BSKD).reshape(b, -1, h, d)
+        return jnp.einsum("bkgts,bskd->btkgd", probs, v_BsKD).reshape(b, -1, h, d)
 
     if t <= q_block:
         return block(q_BTHD, slots_T)
+    if self_keys:
+        return jnp.concatenate([block(q_BTHD[:, lo:lo + q_block], slots_T[lo:lo + q_block], keys=min(t, lo + q_block))
+                                for lo in range(0, t, q_block)], axis=1)
     n = -(-t // q_block)
     pad = n * q_block - t
     q_NBtHD = jnp.pad(q_BTHD, [(0, 0), (0, pad), (0, 0), (0, 0)]).reshape(b, n, q_block, h, d).swapaxes(0, 1)
@@ -77,7 +83,7 @@ class Attention(nnx.Module):
             k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, length, 0, 0))
             v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, length, 0, 0))
             new_cache = (k, v)
-        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), valid_BS, slots_T)
+        out = attend(q, k.astype(q.dtype), v.astype(q.dtype), valid_BS, slots_T, self_keys=kv_cache is None)
         if cfg.attn_output_gate:
             out = out * jax.nn.sigmoid(gate_BTHD.astype(jnp.float32)).astype(out.dtype)
         return self.o_proj(out.reshape(b, t, h * d)), new_cache
