@@ -147,6 +147,17 @@ def test_capability_bounding_set_is_cut(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_no_user_namespaces_or_bpf(tmp_path, backend):
+    """The kernel interfaces container escapes go through are refused: a user namespace (where the agent
+    would hold every capability again) and bpf; ordinary process creation still works."""
+    with make_sandbox(_task(tmp_path), backend) as sb:
+        r = sb.exec("unshare -U true 2>/dev/null; echo $?; unshare -Ur true 2>/dev/null; echo $?; "
+                    "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); "
+                    "print(l.syscall(321, 0, 0, 0), ctypes.get_errno())'; (sleep 0.1 & wait) && echo forks")
+        assert r.output.split() == ["1", "1", "-1", "1", "forks"]  # bpf: EPERM
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_proc_shows_no_host_paths(tmp_path, backend):
     """/proc/1/cmdline and the mount table name no host path of the sandbox or the task."""
     with make_sandbox(_task(tmp_path), backend) as sb:

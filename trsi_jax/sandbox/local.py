@@ -31,6 +31,7 @@ from typing import Callable
 from trsi_jax.sandbox import apt_standin
 from trsi_jax.sandbox import disk
 from trsi_jax.sandbox import dockerfile as dfile
+from trsi_jax.sandbox import seccomp
 from trsi_jax.sandbox import toolchain
 from trsi_jax.sandbox.base import (BUILD_TIMEOUT_SEC, DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
@@ -50,6 +51,14 @@ HOST_TOOLS = (("bwrap", "bubblewrap"), ("tmux", "tmux"))
 # The dynamic loader's configuration: the verifier's comes from the host, never from the sandbox's /etc.
 LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
 RUN_DIR = "/run/trsi"  # the terminal's socket and prompt counter
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding `data`, positioned at its start (for bwrap to read)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _sweep_stale() -> None:
@@ -191,18 +200,23 @@ class LocalSandbox(Sandbox):
     def _spawn(self, argv: list[str], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                stderr=subprocess.STDOUT) -> subprocess.Popen:
         """Start argv (a `_bwrap` command line); bwrap reads its arguments from a memfd (`--args`), so
-        the sandbox's /proc/1/cmdline shows `bwrap --args N`, not host paths."""
+        the sandbox's /proc/1/cmdline shows `bwrap --args N`, not host paths, and its seccomp filter
+        (seccomp.py) from another."""
         i = argv.index("bwrap")
         j = next(k for k in range(i, len(argv) - 2) if argv[k] == "--chdir" and argv[k + 2] == "--") + 2
-        fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+        fds = []
         try:
-            os.write(fd, b"".join(x.encode() + b"\0" for x in argv[i + 1:j]))
-            os.lseek(fd, 0, os.SEEK_SET)
-            proc = subprocess.Popen(argv[:i + 1] + ["--args", str(fd)] + argv[j:], stdin=stdin, stdout=stdout,
-                                    stderr=stderr, start_new_session=True, pass_fds=(fd,),
+            options = argv[i + 1:j]
+            if (bpf := seccomp.program()) is not None:
+                fds.append(_memfd("bwrap-seccomp", bpf))
+                options = options + ["--seccomp", str(fds[-1])]
+            fds.append(_memfd("bwrap-args", b"".join(x.encode() + b"\0" for x in options)))
+            proc = subprocess.Popen(argv[:i + 1] + ["--args", str(fds[-1])] + argv[j:], stdin=stdin,
+                                    stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=fds,
                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         with self._lock:
             self._procs.add(proc)
         return proc
