@@ -177,3 +177,25 @@ def test_probe_files_never_reach_the_agent(task, backend):
         sb.terminal().send_keys("true\n", 1.0)
         out = sb.exec("grep -rl golden-4d1c9e / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; ls /app").output
     assert sorted(out.split()) == ["/app/out.txt", "data.txt", "out.txt", "seed.txt"], out
+
+
+TROJAN = "#!/bin/sh\n[ -e /tests/expected.txt ] && echo x > /app/pwned && echo 1 > /logs/verifier/reward.txt\nexit 0\n"
+
+
+@pytest.mark.docker
+def test_usr_local_is_carried_but_never_runs_for_the_verifier(task, tmp_path):
+    """docker carries /usr/local (programs and packages the agent installed) to the verifier; trojan
+    copies of every command the backend and test.sh use, planted there, never run for them."""
+    for name in ("sh", "bash", "rm", "mkdir", "find", "timeout", "cp", "cat", "tar", "curl", "apt-get", "uvx", "uv",
+                 "python3", "pytest"):
+        (tmp_path / name).write_text(TROJAN)
+        (tmp_path / name).chmod(0o755)
+    (tmp_path / "hello-tool").write_text("#!/bin/sh\necho tool-ok\n")
+    (tmp_path / "hello-tool").chmod(0o755)
+    res, markers = _verify_after(task, "docker", "cp -a /opt/plant/. /usr/local/bin/ && echo planted",
+                                 files={"/opt/plant": tmp_path})
+    _assert_not_forged(res, markers)
+    with make_sandbox(task, "docker") as sb:
+        sb.exec("printf '#!/bin/sh\\necho tool-ok\\n' > /usr/local/bin/hello-tool && chmod +x /usr/local/bin/hello-tool")
+        sb.stop_processes()
+        assert sb.exec("hello-tool", with_pytest=True).output.strip() == "tool-ok"

@@ -45,6 +45,18 @@ CONTAINER_MANAGED = {"etc/hosts", "etc/hostname", "etc/resolv.conf"} | {f"etc/{f
 CLEAR_ETC = "find /etc -mindepth 1 -maxdepth 1 " + " ".join(
     f"! -name {n.split('/')[1]}" for n in sorted(CONTAINER_MANAGED)) + " -exec rm -rf {} +"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The one part of /usr carried to the verifier (what `pip install`, `make install`, links to built
+# programs write); the verifier's own commands never look there (PRISTINE_PATH, absolute paths).
+CARRIED_USR = "usr/local"
+PRISTINE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def verifier_path(image_path: str) -> str:
+    """The toolchain's shims, then the image's PATH with /usr/local moved last: programs the agent
+    installed there are found, but never instead of the image's own."""
+    dirs = image_path.split(":")
+    local = [d for d in dirs if d.startswith("/usr/local")]
+    return ":".join([toolchain.SHIMS] + [d for d in dirs if d not in local] + local)
 # Make "$1" a fresh empty directory, replacing any symlink or file on the way (as the local backend does).
 MAKE_DIR = ('p=; IFS=/; for c in $1; do [ -n "$c" ] || continue; p="$p/$c"; '
             'if [ -L "$p" ] || { [ -e "$p" ] && [ ! -d "$p" ]; }; then rm -f "$p"; fi; '
@@ -201,6 +213,7 @@ class DockerSandbox(Sandbox):
         self._terminal: Terminal | None = None
         self._closed = False
         self._agent_done = False  # set by stop_processes: from then on only the verifier runs
+        self._pristine = False  # set once the container may hold the agent's /usr/local (see _exec_raw)
         image = ensure_image(self.client, task)
         try:
             config = self.client.images.get(image).attrs["Config"]
@@ -251,6 +264,8 @@ class DockerSandbox(Sandbox):
         import docker  # noqa: PLC0415
         if self._closed:
             raise SandboxError("sandbox is closed")
+        if self._pristine:  # the verifier's container holds the agent's /usr/local: never look there
+            env = {"PATH": PRISTINE_PATH, **(env or {})}
         try:
             eid = self.api.exec_create(self.container.id, argv, environment=env, workdir="/")["Id"]
             out = self.api.exec_start(eid, stream=False)
@@ -260,7 +275,7 @@ class DockerSandbox(Sandbox):
         return code, out
 
     def _mkdir(self, path: str) -> None:
-        code, out = self._exec_raw(["mkdir", "-p", path])
+        code, out = self._exec_raw(["/bin/mkdir", "-p", path])
         if code != 0:
             raise SandboxError(f"mkdir {path} failed in the container: {out.decode(errors='replace')}")
 
@@ -272,9 +287,9 @@ class DockerSandbox(Sandbox):
         if with_pytest:  # the verifier: the toolchain's shims first on PATH (see toolchain.py)
             if not self._agent_done:
                 raise SandboxError("with_pytest runs only after stop_processes (the verifier's container)")
-            env = {**(env or {}), "PATH": f"{toolchain.SHIMS}:{self._image_path}", "HOME": "/root"}
+            env = {**(env or {}), "PATH": verifier_path(self._image_path), "HOME": "/root"}
         # GNU timeout kills the command's whole process group, then SIGKILLs it a second later.
-        argv = ["timeout", "--kill-after=1", f"{timeout_sec:.3f}", "bash", "-c", cmd]
+        argv = ["/usr/bin/timeout", "--kill-after=1", f"{timeout_sec:.3f}", "/bin/bash", "-c", cmd]
         start = time.monotonic()
         try:
             self.container.reload()
@@ -287,7 +302,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as e:
             raise SandboxError(f"container {self.container.short_id} failed: {e}") from None
         if with_pytest and self._agent_done:  # nothing the tests started may outlive them and rewrite results
-            self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
+            self._exec_raw(["/bin/sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
         timed_out = code is None or (code in (124, 137) and time.monotonic() - start >= timeout_sec)
         return ExecResult(exit_code=-1 if timed_out else code, output=text,
                           timed_out=timed_out, truncated=truncated)
@@ -339,15 +354,18 @@ class DockerSandbox(Sandbox):
         self._agent_done = True
 
     def _move_to_fresh_container(self) -> None:
-        """Carry the agent's files (every top-level entry but the system directories and the loader's
-        configuration) into a fresh container of the same image with the verifier toolchain mounted
-        read-only at /.trsi, so the verifier runs the image's own /usr and ld.so config, not ones the
-        agent (root in its container) may have altered."""
+        """Carry the agent's files (every top-level entry but the system directories, plus /usr/local,
+        minus the loader's configuration) into a fresh container of the same image with the verifier
+        toolchain mounted read-only at /.trsi, so the verifier runs the image's own /usr (but for
+        /usr/local) and ld.so config, not ones the agent (root in its container) may have altered."""
         import docker  # noqa: PLC0415
         old = self.container
-        changed = sorted({c["Path"].split("/")[1] for c in (old.diff() or [])} - SYSTEM_ENTRIES)
+        paths = [c["Path"] for c in (old.diff() or [])]
+        changed = sorted({p.split("/")[1] for p in paths} - SYSTEM_ENTRIES)
+        if any(p == f"/{CARRIED_USR}" or p.startswith(f"/{CARRIED_USR}/") for p in paths):
+            changed.append(CARRIED_USR)
         bundles = {}
-        for name in changed:  # only top-level entries the episode touched (docker diff vs the image)
+        for name in changed:  # only entries the episode touched (docker diff vs the image)
             try:
                 stream, _ = old.get_archive(f"/{name}")
                 bundles[name] = _without(b"".join(stream), CONTAINER_MANAGED)
@@ -360,15 +378,18 @@ class DockerSandbox(Sandbox):
             raise SandboxError(str(e)) from None
         try:
             self._start_container({str(tc): {"bind": toolchain.MOUNT, "mode": "ro"}})
+            self._pristine = True
+            for name in bundles:  # clear first: from here on no command may run the agent's /usr/local
+                self._exec_raw(["/bin/sh", "-c", CLEAR_ETC] if name == "etc" else ["/bin/rm", "-rf", f"/{name}"])
             for name, data in bundles.items():
-                self._exec_raw(["sh", "-c", CLEAR_ETC] if name == "etc" else ["rm", "-rf", f"/{name}"])
-                if data is not None and not self.container.put_archive("/", data):
+                parent = "/" + name.rpartition("/")[0]
+                if data is not None and not self.container.put_archive(parent, data):
                     raise SandboxError(f"could not carry /{name} into the verification container")
         finally:
             old.remove(force=True)
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
-        code, out = self._exec_raw(["sh", "-c", MAKE_DIR, "sh", sandbox_path])
+        code, out = self._exec_raw(["/bin/sh", "-c", MAKE_DIR, "sh", sandbox_path])
         if code != 0:
             raise SandboxError(f"could not reset {sandbox_path}: {out.decode(errors='replace')}")
         if host_dir is not None:
@@ -403,12 +424,14 @@ class DockerSandbox(Sandbox):
         try:
             self.container.reload()
             merged = Path(self.container.attrs["GraphDriver"]["Data"]["MergedDir"])
-            changed = {c["Path"].split("/")[1] for c in (self.container.diff() or [])}
+            paths = [c["Path"] for c in (self.container.diff() or [])]
+            changed = {p.split("/")[1] for p in paths}
         except (KeyError, TypeError, docker.errors.APIError) as e:
             raise SandboxError(f"no host path to the container's files for a probe ({e!r}); "
                                "probes need dockerd on this machine with the overlay2 driver") from None
         binds = {}
-        for name in sorted(changed - SYSTEM_ENTRIES - {"etc", "tmp"}):
+        usr_local = any(p.startswith(f"/{CARRIED_USR}/") for p in paths)
+        for name in sorted(changed - SYSTEM_ENTRIES - {"etc", "tmp"}) + ([CARRIED_USR] if usr_local else []):
             host = merged / name
             if host.is_dir() and not host.is_symlink():  # never a link: it would resolve on the host
                 binds[str(host)] = {"bind": f"/{name}", "mode": "ro"}
@@ -424,7 +447,7 @@ class DockerSandbox(Sandbox):
                     self.image, ["bash", "-c", make_cmd(where)], detach=True, init=True, hostname="sandbox",
                     working_dir=self.workdir, network_mode="none", mem_limit=f"{lim.memory_mb}m",
                     pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
-                    environment={"PATH": f"{toolchain.SHIMS}:{self._image_path}", "HOME": "/root"},
+                    environment={"PATH": verifier_path(self._image_path), "HOME": "/root"},
                     tmpfs={"/tmp": "rw,size=256m"}, volumes=binds, labels={"trsi.sandbox": self.task.task_id})
             except docker.errors.APIError as e:
                 raise SandboxError(f"could not start a probe container from {self.image}: {e}") from None
