@@ -124,6 +124,10 @@ def test_rsr_then_rpr_from_hf_folder_and_export(hf_folder, tmp_path):
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["max_position_embeddings"] == 4096
 
+    # The stand-alone exporter writes the same weights from the same checkpoint.
+    _run("experiments.export", os.path.join(rpr, "checkpoints"), str(tmp_path / "cli"), f"--tokenizer={hf_folder}")
+    with open(os.path.join(out, "model.safetensors"), "rb") as f, open(tmp_path / "cli" / "model.safetensors", "rb") as g:
+        assert f.read() == g.read()
     exported = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
     from experiments.export import checkpoint_model_config
     policy = restore_policy(os.path.join(rpr, "checkpoints"), checkpoint_model_config(os.path.join(rpr, "checkpoints")))

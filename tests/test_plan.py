@@ -65,3 +65,21 @@ def test_plan_memory_matches_the_compiled_step_and_real_shards(devices8):
     small = plan_lib.Chip(peak_tflops=1.0, hbm_gb=plan.peak_bytes / 2 / plan_lib.GB)
     assert "DOES NOT FIT" in plan_lib.format_plan(plan, "tiny-chip", small, "tiny", rows * seq_len)
     assert np.isclose(plan.step_seconds(small), plan.step_flops / 8 / 1e12)
+
+
+def test_decode_plan_splits_weights_and_cache_and_bounds_by_bandwidth(devices8):
+    """Decode plan of the tiny model on data=2 x tensor=4: weight shards cover the model,
+    the cache is split by batch, and the bound is bytes per device / bandwidth."""
+    from experiments.plan_decode import decode_plan
+    from trsi_jax.models import init_cache
+    from trsi_jax.sharding import make_mesh
+
+    cfg = override(model_preset("tiny"), {"num_kv_heads": "4"})
+    plan = decode_plan(cfg, make_mesh(MeshConfig(data=2, fsdp=1, tensor=4)), batch=4, context=64)
+    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(
+        nnx.state(nnx.eval_shape(lambda: Qwen(cfg, rngs=nnx.Rngs(0))), nnx.Param)))
+    cache_bytes = sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(
+        jax.eval_shape(lambda: init_cache(cfg, 4, 64))))
+    assert param_bytes / 4 <= plan.weight_bytes < param_bytes  # split 4 ways where the rules allow
+    assert cache_bytes / 8 <= plan.cache_bytes < cache_bytes / 2 + 1024  # batch over data, heads over tensor
+    assert plan.tokens_per_sec_per_chip(1000) == pytest.approx(4 / ((plan.weight_bytes + plan.cache_bytes) / 1e12) / 8)
