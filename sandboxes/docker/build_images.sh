@@ -27,9 +27,11 @@ cp ./*.Dockerfile "$CTX"/
 mkdir "$CTX/certs"
 cp /usr/local/share/ca-certificates/*.crt "$CTX/certs/" 2>/dev/null || true
 cd "$CTX"
-for suite in bookworm trixie bullseye; do
-  build trsi/debian:$suite trust.Dockerfile --build-arg BASE=trsi/base:$suite
-done
+# Transitional packages trixie dropped that bookworm-based images (python:3.X-slim-bookworm) install.
+TRIXIE_COMPAT="libgl1-mesa-glx:libgl1,libglx-mesa0"
+build trsi/debian:bookworm trust.Dockerfile --build-arg BASE=trsi/base:bookworm
+build trsi/debian:trixie trust.Dockerfile --build-arg BASE=trsi/base:trixie --build-arg COMPAT="$TRIXIE_COMPAT"
+build trsi/debian:bullseye trust.Dockerfile --build-arg BASE=trsi/base:bullseye
 build trsi/python:3.11 python.Dockerfile --build-arg BASE=trsi/debian:bookworm
 build trsi/python:3.13 python.Dockerfile --build-arg BASE=trsi/debian:trixie
 build trsi/uv:0.8.15 uv.Dockerfile --build-arg UV_VERSION=0.8.15
