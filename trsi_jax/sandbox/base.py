@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import os
 import threading
 from pathlib import Path
 from typing import IO, Callable, Iterable
@@ -45,7 +46,9 @@ class Limits:
     @classmethod
     def for_task(cls, task: Task, **overrides) -> "Limits":
         budget = int(task.agent_timeout_sec + task.verifier_timeout_sec) + 60
-        base = dict(cpu_sec=budget, memory_mb=task.environment.memory_mb, cpus=task.environment.cpus)
+        # A task may ask for more CPUs than this machine has (docker refuses those): cap at the host's.
+        cpus = min(task.environment.cpus, float(os.cpu_count() or 1))
+        base = dict(cpu_sec=budget, memory_mb=task.environment.memory_mb, cpus=cpus)
         return cls(**{**base, **overrides})
 
 
