@@ -189,7 +189,9 @@ def _neutralize(p: str) -> None:
 def sanitize() -> None:
     """Make every agent symlink that resolves into PROTECTED dangle (the agent's top-level entries;
     an explicit stack, so no nesting depth or unreadable entry can stop the walk)."""
-    stack = ["/" + e for e in os.listdir("/") if e not in NOT_AGENT and e != "tests"] + ["/usr/local"]
+    stack = ["/" + e for e in os.listdir("/") if e not in NOT_AGENT and e != "tests"]
+    if os.access("/usr/local", os.W_OK):  # docker carries the agent's /usr/local; local's is the host's, read-only
+        stack.append("/usr/local")
     while stack:
         p = stack.pop()
         if p == "/logs/verifier":

@@ -96,6 +96,10 @@ def _build(t: Path, packages: tuple[str, ...], reuse: Path | None) -> None:
             subprocess.run(["cp", "-al", str(reuse / part), str(t / part)], check=True)
     else:
         _install(t, packages, ver)
+    for tree, shown in ((t / "rt" / "lib" / f"python{ver}", f"{MOUNT}/rt/lib/python{ver}"), (t / "lib", f"{MOUNT}/lib")):
+        # bytecode now: the mount is read-only, so nothing compiled later would be kept
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "-d", shown, str(tree)],
+                       capture_output=True, check=False)
     (t / "pyvenv.cfg").write_text(f"home = {MOUNT}/rt/bin\ninclude-system-site-packages = false\nversion = "
                                   f"{sys.version.split()[0]}\n")
     (t / "pytest.ini").write_text("[pytest]\n")
@@ -163,7 +167,7 @@ def _copy_runtime(rt: Path, ver: str) -> None:
             continue
         if child.is_dir():
             shutil.copytree(child, dst / child.name, symlinks=False,
-                            ignore=shutil.ignore_patterns("__pycache__", "test", "tests"))
+                            ignore=shutil.ignore_patterns("test", "tests"))
         else:
             shutil.copy2(child, dst / child.name)
     (dst / "site-packages").mkdir()
