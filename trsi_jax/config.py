@@ -33,7 +33,8 @@ class ModelConfig:
     linear_key_head_dim: int = 128
     linear_value_head_dim: int = 128
     linear_conv_kernel: int = 4
-    gdn_chunk_size: int = 64
+    gdn_chunk_size: int = 64  # a power of two
+    gdn_impl: str = "jax"  # chunk scan: "jax" (lax.scan) | "pallas" (GPU/TPU kernel; interpret mode on CPU)
     # Norms and heads.
     rms_norm_eps: float = 1e-6
     norm_plus_one: bool = True  # qwen3_5 RMSNorm scales by (1 + w); qwen3 by w
@@ -67,6 +68,8 @@ class ModelConfig:
             raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
         if self.remat not in ("none", "full", "dots"):
             raise ValueError(f"remat must be none|full|dots, got {self.remat!r}")
+        if self.gdn_impl not in ("jax", "pallas"):
+            raise ValueError(f"gdn_impl must be jax|pallas, got {self.gdn_impl!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,11 +71,49 @@ def unit_lower_inverse(a_XCC):
     return inv_XNss[..., 0, :, :]
 
 
-def chunk_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=None, chunk: int = 64):
+def chunk_scan(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD, chunk_decay_NBH):
+    """The sequential part of the chunked form: (final state, o_NBHCV) by a scan over chunks."""
+
+    def step(s_BHDV, xs):
+        u, w, intra, qd, ke, cd = xs
+        v_new = u - w @ s_BHDV
+        o = qd @ s_BHDV + intra @ v_new
+        s_BHDV = s_BHDV * cd[..., None, None] + jnp.swapaxes(ke, -1, -2) @ v_new
+        return s_BHDV, o
+
+    return jax.lax.scan(step, state_BHDV, (u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD,
+                                           chunk_decay_NBH))
+
+
+@jax.custom_vjp
+def _chunk_scan_pallas(*args):
+    from trsi_jax.models.kernels.gdn_pallas import chunk_scan_pallas
+
+    return chunk_scan_pallas(*args, interpret=jax.default_backend() == "cpu")
+
+
+def _chunk_scan_pallas_fwd(*args):
+    return _chunk_scan_pallas(*args), args
+
+
+def _chunk_scan_pallas_bwd(args, cotangents):  # gradient of the reference scan (recomputed)
+    return jax.vjp(chunk_scan, *args)[1](cotangents)
+
+
+_chunk_scan_pallas.defvjp(_chunk_scan_pallas_fwd, _chunk_scan_pallas_bwd)
+CHUNK_SCANS = {"jax": chunk_scan, "pallas": _chunk_scan_pallas}
+
+
+def chunk_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=None, chunk: int = 64,
+                           impl: str = "jax"):
     """Chunked WY form: within a chunk the C delta updates collapse into a unit lower-triangular
     solve plus matmuls; a scan carries the fp32 state across chunks. Any T (padded internally
     with g = 0, beta = 0, k = 0, which leaves the state unchanged). Same returns as the recurrent form.
+    `impl="pallas"` runs the scan as a Pallas kernel (GPU/TPU; interpret mode on CPU), whose
+    gradient is the JAX scan's.
     """
+    if impl not in CHUNK_SCANS:
+        raise ValueError(f"gdn impl must be one of {sorted(CHUNK_SCANS)}, got {impl!r}")
     q, k, v, g, beta = _prepare(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH)
     b, t, h, dk = k.shape
     dv = v.shape[-1]
@@ -108,17 +146,9 @@ def chunk_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=N
         u_NBHCV = inv_NBHCC @ (v * beta[..., None])
         w_NBHCD = inv_NBHCC @ (k_beta * jnp.exp(gc_NBHC)[..., None])
 
-    def step(s_BHDV, xs):
-        u, w, intra, qd, ke, cd = xs
-        v_new = u - w @ s_BHDV
-        o = qd @ s_BHDV + intra @ v_new
-        s_BHDV = s_BHDV * cd[..., None, None] + jnp.swapaxes(ke, -1, -2) @ v_new
-        return s_BHDV, o
-
     with jax.named_scope("gdn_scan"):
-        state, o_NBHCV = jax.lax.scan(
-            step, state_BHDV.astype(jnp.float32),
-            (u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed, k_to_end, chunk_decay_NBH))
+        state, o_NBHCV = CHUNK_SCANS[impl](state_BHDV.astype(jnp.float32), u_NBHCV, w_NBHCD, intra_NBHCC,
+                                           q_decayed, k_to_end, chunk_decay_NBH)
         o_BTHV = jnp.moveaxis(o_NBHCV, 0, 1)  # [B, N, H, C, V]
         o_BTHV = jnp.swapaxes(o_BTHV, 2, 3).reshape(b, n * chunk, h, dv)[:, :t]
     return o_BTHV, state

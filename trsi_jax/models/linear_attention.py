@@ -74,7 +74,7 @@ class GatedDeltaNet(nnx.Module):
         if t == 1 and rec is not None:
             o, new_rec = recurrent_gated_delta_rule(q, k, v, g, beta, rec)
         else:
-            o, new_rec = chunk_gated_delta_rule(q, k, v, g, beta, rec, chunk=cfg.gdn_chunk_size)
+            o, new_rec = chunk_gated_delta_rule(q, k, v, g, beta, rec, chunk=cfg.gdn_chunk_size, impl=cfg.gdn_impl)
         z = self.in_proj_z(x_BTD).reshape(b, t, hv, dv)
         o = self.norm(o.astype(x_BTD.dtype), z).reshape(b, t, hv * dv)
         out = self.out_proj(o)

@@ -1,0 +1,63 @@
+"""Pallas kernel for the inter-chunk recurrence of the chunked gated delta rule.
+
+The chunked WY form (`gated_deltanet.chunk_gated_delta_rule`) has a parallel part (per chunk:
+decays, the unit-lower-triangular inverse, u and w) and a sequential part: a scan over chunks
+carrying the [Dk, Dv] state. As a `lax.scan` each step reads and writes the state through
+device memory; this kernel keeps the state on chip for the whole sequence, one program per
+(batch, value head), like the `chunk_fwd_h`/`chunk_fwd_o` kernels of flash-linear-attention and
+the Gated DeltaNet kernels of maxtext / tpu-inference. Same inputs and outputs as the scan, so
+the scan is its reference (tests run it in Pallas interpret mode on CPU).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def _kernel(u_ref, w_ref, intra_ref, qd_ref, ke_ref, cd_ref, s0_ref, o_ref, s_ref):
+    """One (batch, head): refs are [N, C, .] blocks; cd_ref [N, 1]; state [Dk, Dv] in registers."""
+    n = u_ref.shape[0]
+
+    def body(j, s_DV):
+        u, w = u_ref[j], w_ref[j]
+        v_new = u - jnp.dot(w, s_DV, preferred_element_type=jnp.float32)
+        o_ref[j] = (jnp.dot(qd_ref[j], s_DV, preferred_element_type=jnp.float32)
+                    + jnp.dot(intra_ref[j], v_new, preferred_element_type=jnp.float32)).astype(o_ref.dtype)
+        decay = cd_ref[pl.ds(j, 1), :]  # [1, 1]
+        return s_DV * decay + jnp.dot(ke_ref[j].T, v_new, preferred_element_type=jnp.float32)
+
+    s_ref[...] = jax.lax.fori_loop(0, n, body, s0_ref[...].astype(jnp.float32))
+
+
+@functools.partial(jax.jit, static_argnames="interpret")
+def chunk_scan_pallas(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD,
+                      chunk_decay_NBH, interpret: bool = False):
+    """(final state_BHDV, o_NBHCV): the scan of `chunk_gated_delta_rule`, fused per (batch, head).
+
+    Each program holds its whole [N, C, D] sequence blocks; very long sequences on TPU would need
+    a chunk-axis grid with the state in scratch memory instead.
+    """
+    n, b, h, c, dv = u_NBHCV.shape
+    dk = w_NBHCD.shape[-1]
+
+    def rows(x):  # [N, B, H, ...] -> [B*H, N, ...]
+        return jnp.moveaxis(x, 0, 2).reshape(b * h, n, *x.shape[3:])
+
+    args = [rows(x) for x in (u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD)]
+    args.append(rows(chunk_decay_NBH)[..., None])
+    args.append(state_BHDV.reshape(b * h, dk, dv))
+
+    def spec(x):
+        return pl.BlockSpec((None, *x.shape[1:]), lambda i, nd=x.ndim: (i,) + (0,) * (nd - 1))
+
+    o, s = pl.pallas_call(
+        _kernel, grid=(b * h,), in_specs=[spec(x) for x in args],
+        out_specs=[spec(args[0]), spec(args[-1])],
+        out_shape=[jax.ShapeDtypeStruct((b * h, n, c, dv), jnp.float32),
+                   jax.ShapeDtypeStruct((b * h, dk, dv), jnp.float32)],
+        interpret=interpret)(*args)
+    o_NBHCV = jnp.moveaxis(o.reshape(b, h, n, c, dv), 2, 0)
+    return s.reshape(b, h, dk, dv), o_NBHCV
