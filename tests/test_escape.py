@@ -97,6 +97,7 @@ def test_socket_pointed_at_a_host_tmux_server(tmp_path, backend):
         subprocess.run(["tmux", "-S", str(host_sock), "kill-server"], capture_output=True)
 
 
+@pytest.mark.slow  # docker builds an image with the planted links (~60 s on a loaded 2-core machine)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_planted_links_never_lead_host_file_operations_out(tmp_path, backend):
     """Links planted by a Dockerfile RUN and by the agent at the paths the host writes or reads (terminal
