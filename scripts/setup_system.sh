@@ -12,8 +12,8 @@ mode="${1:-test}"
 case "$mode" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2;; esac
 
 # command:package pairs.
-pairs=(bwrap:bubblewrap tmux:tmux git:git sqlite3:sqlite3 slirp4netns:slirp4netns)
-[ "$mode" = test ] && pairs+=(dockerd:docker.io debootstrap:debootstrap)
+pairs=(bwrap:bubblewrap tmux:tmux git:git sqlite3:sqlite3 slirp4netns:slirp4netns mkfs.ext4:e2fsprogs)
+[ "$mode" = test ] && pairs+=(dockerd:docker.io debootstrap:debootstrap mkfs.btrfs:btrfs-progs mkfs.ext4:e2fsprogs)
 
 need=()
 for pair in "${pairs[@]}"; do
@@ -43,8 +43,16 @@ if ! docker info >/dev/null 2>&1; then
     echo "    sudo sh -c 'setsid dockerd >/tmp/dockerd.log 2>&1 &'" >&2
     exit 1
   fi
-  echo "setup: starting dockerd"
-  (setsid dockerd >/tmp/dockerd.log 2>&1 &)
+  # Its data root is a btrfs file system (a sparse loop image) so that `--storage-opt size` gives each
+  # task container a disk quota (overlay2 on ext4 cannot enforce one).
+  data=/var/lib/trsi-docker
+  if ! mountpoint -q "$data"; then
+    [ -f "$data.img" ] || { truncate -s 64G "$data.img" && mkfs.btrfs -q "$data.img"; }
+    mkdir -p "$data" && mount -o loop "$data.img" "$data"
+  fi
+  btrfs quota enable "$data"
+  echo "setup: starting dockerd (btrfs data root $data)"
+  (setsid dockerd --data-root "$data" --storage-driver btrfs >/tmp/dockerd.log 2>&1 &)
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start"; tail -20 /tmp/dockerd.log; exit 1; } >&2
 fi
