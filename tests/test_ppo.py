@@ -182,9 +182,11 @@ def test_learner_old_logprobs_are_the_samplers(devices8):
         row = prompt + r.tokens
         tokens[b, :len(row)], mask[b, :len(row)] = row, 1
     batch = {"tokens": tokens, "mask": mask}
-    ppo = C.PPOConfig(minibatch_size=8)
-    matched = PPOLearner(policy, Critic.from_policy(policy), ppo, OPT, OPT, mesh, temperature=0.7,
-                         vocab_limit=tok.vocab_size).score(batch)["old_logprobs"]
+    ppo = C.PPOConfig(minibatch_size=8, epochs=1)
+    learner = PPOLearner(policy, Critic.from_policy(policy), ppo, OPT, OPT, mesh, temperature=0.7,
+                         vocab_limit=tok.vocab_size)
+    scored = learner.score(batch)
+    matched = scored["old_logprobs"]
     raw = PPOLearner(_policy(), Critic.from_policy(_policy()), ppo, OPT, OPT, mesh).score(batch)["old_logprobs"]
     worst = 0.0
     for b, r in enumerate(replies):
@@ -192,3 +194,12 @@ def test_learner_old_logprobs_are_the_samplers(devices8):
         np.testing.assert_allclose(matched[b, span], r.logprobs, atol=2e-5, rtol=0)
         worst = max(worst, float(np.abs(raw[b, span] - np.asarray(r.logprobs)).max()))
     assert worst > 0.1
+    # The loss scores the new policy the same way: before the first step the ratio is exactly 1.
+    policy_mask = np.zeros_like(mask)
+    for b, r in enumerate(replies):
+        policy_mask[b, len(prompt):len(prompt) + len(r.tokens)] = 1
+    adv = np.random.default_rng(0).normal(size=mask.shape).astype(np.float32) * policy_mask
+    metrics = learner.update({**batch, **scored, "policy_mask": policy_mask, "advantages": adv,
+                              "returns": np.zeros_like(adv)}, seed=0, train_policy=True)
+    assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6) and metrics["policy/clip_frac"] == 0.0
+    assert np.isfinite(metrics["policy/entropy"]) and metrics["policy/entropy"] > 0

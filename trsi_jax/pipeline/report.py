@@ -75,20 +75,23 @@ def eval_table(runs: Sequence[Run]) -> str:
 
 
 RUNBOOK_COLUMNS = (("written", "written"), ("rejected", "rejected"), ("revisions", "revised"),
-                   ("accepted", "accepted"), ("accepted_after_revision", "accepted after revision"))
+                   ("accepted", "accepted"), ("accepted_after_revision", "after revision"))
+RSR_LEGEND = ("train tasks solved per harness and by their union | successes | runbooks: written, rejected "
+              "for good, revisions, accepted, accepted after a revision | verified replays | SFT examples | "
+              "infrastructure failures")
 
 
 def rsr_table(runs: Sequence[Run]) -> str:
     """RSR stages, rows = stages: tasks solved per harness and by their union, successes, the
     runbook funnel (written, rejected by the critic for good, revisions, accepted, accepted
-    after a revision), verified replays, SFT examples and infrastructure failures."""
+    after a revision), verified replays, SFT examples and infrastructure failures; a legend
+    line first."""
     stages = _stages(runs)
     if not stages:
         return "(no RSR stages)"
     harnesses = list(dict.fromkeys(h for run in runs for r in run.values() for h in r["coverage"]["per_harness"]))
-    header = (["stage", "tasks", *[f"solved:{h}" for h in harnesses], "solved:union", "successes"]
-              + [f"runbooks {name}" for _, name in RUNBOOK_COLUMNS]
-              + ["replays verified", "SFT examples", "infra failures"])
+    header = (["stage", "tasks", *harnesses, "union", "successes"] + [name for _, name in RUNBOOK_COLUMNS]
+              + ["replays ok", "SFT", "infra"])
     rows = []
     for stage in stages:
         per = [run[stage] for run in runs if stage in run]
@@ -100,7 +103,7 @@ def rsr_table(runs: Sequence[Run]) -> str:
         row += [get(lambda r: r["replays"]["verified"]), get(lambda r: r["sft_examples"]),
                 get(lambda r: r.get("infra_failures", 0))]
         rows.append(row)
-    return _format(header, rows)
+    return RSR_LEGEND + "\n" + _format(header, rows)
 
 
 def stage_line(stage: str, summary: dict, evaluation: dict, reused: bool = False) -> str:
@@ -141,7 +144,7 @@ def plot(runs: Sequence[Run], path: str, title: str) -> None:
         half = np.array([0.0 if math.isnan(h) else h for _, h in stats])
         ax.errorbar(x, mean, yerr=half if half.any() else None, marker=marker, capsize=4, label=label)
     ax.set_xticks(x, stages)
-    ax.set_ylim(0.0, 1.0)
+    ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("rate")
     ax.set_title(title)
     ax.grid(alpha=0.3)

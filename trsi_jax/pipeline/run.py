@@ -189,7 +189,7 @@ class Pipeline:
                   "handoff": read_handoff(self.workdir)}
         write_json(os.path.join(self.workdir, "report.json"), report)
         if main:
-            report_lib.plot([evals], os.path.join(self.workdir, PLOT), f"Terminal-RSI per stage ({self.workdir})")
+            report_lib.plot([evals], os.path.join(self.workdir, PLOT), f"Terminal-RSI per stage ({os.path.basename(self.workdir)})")
             with open(os.path.join(self.workdir, "report.md"), "w") as f:
                 f.write(f"Held-out evaluation per stage\n\n```\n{table}\n```\n\nRSR stages\n\n```\n{rsr_table}\n```\n"
                         f"\n![held-out strict success and process reward per stage]({PLOT})\n")
