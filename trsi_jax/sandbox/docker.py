@@ -444,7 +444,7 @@ class DockerSandbox(Sandbox):
             lim = self.limits
             try:
                 box = self.client.containers.run(
-                    self.image, ["bash", "-c", make_cmd(where)], detach=True, init=True, hostname="sandbox",
+                    self.image, ["/bin/bash", "-c", make_cmd(where)], detach=True, init=True, hostname="sandbox",
                     working_dir=self.workdir, network_mode="none", mem_limit=f"{lim.memory_mb}m",
                     pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
                     environment={"PATH": verifier_path(self._image_path), "HOME": "/root"},
