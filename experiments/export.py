@@ -42,7 +42,8 @@ def save_byte_tokenizer(tokenizer, path: str) -> None:
     tok.add_special_tokens([tokenizers.AddedToken(s, special=True, normalized=False) for s in specials])
     for s in specials:
         if tok.token_to_id(s) != tokenizer.special_ids[s]:
-            raise AssertionError(f"byte tokenizer export: {s} got id {tok.token_to_id(s)}, want {tokenizer.special_ids[s]}")
+            raise AssertionError(f"byte tokenizer export: {s} got id {tok.token_to_id(s)}, "
+                                 f"want {tokenizer.special_ids[s]}")
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|pad|>",
                                    bos_token=None, unk_token=None)
     fast.save_pretrained(path)

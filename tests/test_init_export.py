@@ -126,8 +126,8 @@ def test_rsr_then_rpr_from_hf_folder_and_export(hf_folder, tmp_path):
 
     # The stand-alone exporter writes the same weights from the same checkpoint.
     _run("experiments.export", os.path.join(rpr, "checkpoints"), str(tmp_path / "cli"), f"--tokenizer={hf_folder}")
-    with open(os.path.join(out, "model.safetensors"), "rb") as f, open(tmp_path / "cli" / "model.safetensors", "rb") as g:
-        assert f.read() == g.read()
+    with open(os.path.join(out, "model.safetensors"), "rb") as f:
+        assert f.read() == (tmp_path / "cli" / "model.safetensors").read_bytes()
     exported = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
     from experiments.export import checkpoint_model_config
     policy = restore_policy(os.path.join(rpr, "checkpoints"), checkpoint_model_config(os.path.join(rpr, "checkpoints")))
