@@ -36,7 +36,7 @@ flags.DEFINE_string("task_logs", None, "write each task's full build/solution/ve
 _UNREACHABLE = [
     re.compile(r"unable to access '(https?://[^/']+)"),
     re.compile(r"Could not resolve host:? ?'?([\w.-]+)"),
-    re.compile(r"Failed to connect to ([\w.-]+)"),
+    re.compile(r"Failed to connect to ([\w-]+(?:\.[\w-]+)+) port"),
     re.compile(r"Resolving ([\w.-]+)[^\n]*failed"),
     re.compile(r"Temporary failure in name resolution"),
     re.compile(r"Network is unreachable"),
@@ -70,6 +70,8 @@ class Row:
 def classify(text: str) -> tuple[str, str]:
     """(where, one-line cause) of a failure from its output: `outside` when it names an unreachable
     source or a package the reachable archives lack, else `inside` with the last telling line."""
+    if "could not find bridge docker0" in text:
+        return "inside", "the docker engine's bridge network (docker0) is gone: restart dockerd, then re-run"
     for pat in _UNREACHABLE:
         m = pat.search(text)
         if m:
