@@ -199,3 +199,19 @@ def test_usr_local_is_carried_but_never_runs_for_the_verifier(task, tmp_path):
         sb.exec("printf '#!/bin/sh\\necho tool-ok\\n' > /usr/local/bin/hello-tool && chmod +x /usr/local/bin/hello-tool")
         sb.stop_processes()
         assert sb.exec("hello-tool", with_pytest=True).output.strip() == "tool-ok"
+
+
+@pytest.mark.docker
+def test_docker_probe_without_a_host_path_copies_the_agent_files(task):
+    """Where the storage driver gives no host path to the container's files, the probe container
+    gets copies of the agent's entries instead: same results, nothing enters the agent's container."""
+    from trsi_jax.sandbox.docker_probe import probe
+    from trsi_jax.sandbox.verifier import parse_pytest_ra
+    _docker_or_skip()
+    with make_sandbox(task, "docker") as sb:
+        sb.exec(f"echo {GOLDEN.strip()} > /app/out.txt && mkdir -p /usr/local/lib/x && echo agent > /usr/local/lib/x/f")
+        res = probe(sb, task.tests_dir, lambda where: f"cat /usr/local/lib/x/f; TRSI_TEST_DIR={where} "
+                    f"/.trsi/bin/trsi-python -I /.trsi/shim.py pytest -q -rA {where}/test_outputs.py", 60, use_binds=False)
+        assert res.output.startswith("agent\n")
+        assert parse_pytest_ra(res.output) == {"test_exists": True, "test_content": False, "test_seed": True}
+        assert sorted(sb.exec("ls /tmp /app").output.split()) == ["/app:", "/tmp:", "data.txt", "out.txt", "seed.txt"]

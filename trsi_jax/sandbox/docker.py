@@ -13,19 +13,15 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import io
-import shlex
-import shutil
 import tarfile
-import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
 from trsi_jax.sandbox import toolchain
 from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
-                                   OutputCollector, Sandbox, SandboxError, cap_text)
+                                   OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
 from trsi_jax.tasks import Task
 
@@ -415,51 +411,10 @@ class DockerSandbox(Sandbox):
             return tar.extractfile(member).read(max_bytes)
 
     def probe_exec(self, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec: float) -> ExecResult:
-        """Run in a separate container of the image (toolchain mounted, no network, private /tmp holding
-        the tests) with the agent's changed top-level entries bound read-only from the live container's
-        filesystem on this host: no test file ever enters the agent's container and its processes go on."""
-        import docker  # noqa: PLC0415
-        if self._agent_done:
-            raise SandboxError("progress probes run while the agent works, not after stop_processes")
-        try:
-            self.container.reload()
-            merged = Path(self.container.attrs["GraphDriver"]["Data"]["MergedDir"])
-            paths = [c["Path"] for c in (self.container.diff() or [])]
-            changed = {p.split("/")[1] for p in paths}
-        except (KeyError, TypeError, docker.errors.APIError) as e:
-            raise SandboxError(f"no host path to the container's files for a probe ({e!r}); "
-                               "probes need dockerd on this machine with the overlay2 driver") from None
-        binds = {}
-        usr_local = any(p.startswith(f"/{CARRIED_USR}/") for p in paths)
-        for name in sorted(changed - SYSTEM_ENTRIES - {"etc", "tmp"}) + ([CARRIED_USR] if usr_local else []):
-            host = merged / name
-            if host.is_dir() and not host.is_symlink():  # never a link: it would resolve on the host
-                binds[str(host)] = {"bind": f"/{name}", "mode": "ro"}
-        tc = toolchain.ensure()
-        where = f"/tmp/probe-{uuid.uuid4().hex}"
-        with tempfile.TemporaryDirectory(prefix="trsi-probe-") as tmp:
-            shutil.copytree(host_tests_dir, Path(tmp) / "t")
-            binds[str(Path(tmp) / "t")] = {"bind": where, "mode": "ro"}
-            binds[str(tc)] = {"bind": toolchain.MOUNT, "mode": "ro"}
-            lim = self.limits
-            try:
-                box = self.client.containers.run(
-                    self.image, ["/bin/bash", "-c", make_cmd(where)], detach=True, init=True, hostname="sandbox",
-                    working_dir=self.workdir, network_mode="none", mem_limit=f"{lim.memory_mb}m",
-                    pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
-                    environment={"PATH": verifier_path(self._image_path), "HOME": "/root"},
-                    tmpfs={"/tmp": "rw,size=256m"}, volumes=binds, labels={"trsi.sandbox": self.task.task_id})
-            except docker.errors.APIError as e:
-                raise SandboxError(f"could not start a probe container from {self.image}: {e}") from None
-            try:
-                try:
-                    code, timed_out = box.wait(timeout=timeout_sec)["StatusCode"], False
-                except Exception:  # noqa: BLE001 (the docker SDK raises requests' timeout types)
-                    code, timed_out = -1, True
-                text, truncated = cap_text(box.logs(), self.limits.output_bytes)
-            finally:
-                box.remove(force=True)
-        return ExecResult(exit_code=code, output=text, timed_out=timed_out, truncated=truncated)
+        """A separate container sees the agent's files read-only; the tests never enter this one
+        (docker_probe.py)."""
+        from trsi_jax.sandbox.docker_probe import probe  # noqa: PLC0415
+        return probe(self, host_tests_dir, make_cmd, timeout_sec)
 
     def close(self) -> None:
         if self._closed:
