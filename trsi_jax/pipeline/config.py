@@ -79,8 +79,9 @@ def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_t
 PIPELINE_PRESETS: dict[str, PipelineConfig] = {
     # `make demo`: the tiny model on one CPU device with the shipped BPE tokenizer, starting from the
     # shipped base (`--init_hf=trsi_jax/assets/tiny_base`, made by `experiments.make_base`). Held-out:
-    # 2 families x 20 tasks x 2 samples. Two turns: the reply with commands, then the confirmation.
-    "demo": _tiny(("files", "text"), train=16, heldout=20, turns=2, new_tokens=256, batch=4,
+    # 2 families x 20 tasks x 2 samples. Six turns: the base answers in two (commands, then the
+    # confirmation); RSR trains on runbook replays that take one turn per milestone (4-5 turns).
+    "demo": _tiny(("files", "text"), train=16, heldout=20, turns=6, new_tokens=256, batch=4,
                   bootstrap_steps=400, rsr_steps=30, rpr_updates=4, rpr_tasks=4),
     # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
     "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
