@@ -66,11 +66,12 @@ def define_hf_flags() -> None:
     flags.DEFINE_string("export_hf", None, "write the stage's final policy as an HF folder here")
 
 
-def model_config_from_flags() -> config_lib.ModelConfig:
-    """The architecture of --init_hf's config.json, else of --init_checkpoint's metadata when
-    --model is not given, else --model's preset; numerics (dtype, param_dtype, remat,
-    scan_layers, gdn_chunk_size) from --model when given; then every --model_cfg.* flag."""
-    source = _flag("init_hf") or (None if FLAGS["model"].present else _flag("init_checkpoint"))
+def model_config_from_flags(source: str | None = None) -> config_lib.ModelConfig:
+    """The architecture of `source` or --init_hf (an HF folder's config.json), else of
+    --init_checkpoint's metadata when --model is not given, else --model's preset; numerics
+    (dtype, param_dtype, remat, scan_layers, gdn_chunk_size) from --model when given; then every
+    --model_cfg.* flag."""
+    source = source or _flag("init_hf") or (None if FLAGS["model"].present else _flag("init_checkpoint"))
     if not source:
         return config_from_flags("model_cfg", config_lib.model_preset(FLAGS.model))
     import dataclasses

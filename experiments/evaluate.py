@@ -4,7 +4,8 @@
     python -m experiments.evaluate --model=tiny --init=random --workdir=runs/eval-random
     # a stage checkpoint, 4 samples per task, pass@1 and pass@3
     python -m experiments.evaluate --model=tiny --ckpt_dir=runs/demo/rpr-2/checkpoints --samples=4 --k=1,3
-    # an HF folder (weights + tokenizer) on Terminal-Bench task folders in docker sandboxes
+    # an HF folder (weights + tokenizer) on Terminal-Bench task folders in docker sandboxes; the
+    # model is placed on --mesh.* (default: FSDP over every device), numerics from --model
     python -m experiments.evaluate --hf_path=/models/qwen --tasks_dir=/data/terminal-bench/tasks --backend=docker
 
 Writes `eval.json` (metrics, flags, outcome counts), `eval.txt` (the table, also printed) and the
@@ -19,6 +20,7 @@ from collections import Counter
 from absl import app, flags, logging
 
 from experiments import common
+from trsi_jax.config import MeshConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("tasks_dir", None, "Terminal-Bench task folders; default: the built-in suite's held-out split")
@@ -42,27 +44,29 @@ flags.DEFINE_float("wall_sec", 900.0, "wall-clock budget per episode")
 flags.DEFINE_integer("concurrency", 8, "episodes run at once (one batched generate per round)")
 flags.DEFINE_integer("seed", 0, "sampling seed")
 common.define_runtime_flags()
+common.define_config_flags("mesh", MeshConfig)
 
 
-def load_model():
-    """The policy from exactly one of --ckpt_dir, --hf_path, --init=random."""
+def load_model(mesh):
+    """The policy on `mesh` from exactly one of --ckpt_dir, --hf_path, --init=random. An HF
+    folder (or a checkpoint, without --model) gives the architecture; numerics come from --model
+    when given and --model_cfg.*; each tensor slice is read straight onto its device."""
     given = [name for name in ("ckpt_dir", "hf_path", "init") if FLAGS[name].value]
     if len(given) != 1:
         raise app.UsageError(f"give exactly one of --ckpt_dir, --hf_path, --init=random (got {given or 'none'})")
-    if FLAGS.hf_path:
-        from trsi_jax.models import load_hf
-
-        return load_hf(FLAGS.hf_path)
-    cfg = common.model_config_from_flags()
-    if FLAGS.ckpt_dir:
+    cfg = common.model_config_from_flags(FLAGS.hf_path or (None if FLAGS["model"].present else FLAGS.ckpt_dir))
+    if FLAGS.hf_path or FLAGS.ckpt_dir:
         from trsi_jax.train.checkpoint import restore_policy
 
-        return restore_policy(FLAGS.ckpt_dir, cfg)
+        return restore_policy(FLAGS.hf_path or FLAGS.ckpt_dir, cfg, mesh=mesh)
     from flax import nnx
 
     from trsi_jax.models import Qwen
+    from trsi_jax.sharding import shard_params
 
-    return Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed))
+    model = Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed))
+    nnx.update(model, shard_params(nnx.state(model, nnx.Param), mesh))
+    return model
 
 
 def load_eval_tasks():
@@ -108,13 +112,16 @@ def main(argv):
 
     tokenizer = load_tokenizer(FLAGS.tokenizer or FLAGS.hf_path or "byte",
                                thinking=common.config_from_flags("chat", ChatConfig()).thinking)
-    model = load_model()
+    from trsi_jax.sharding import make_mesh
+
+    mesh = make_mesh(common.config_from_flags("mesh", MeshConfig()))
+    model = load_model(mesh)
     if tokenizer.vocab_size > model.cfg.vocab_size:
         raise app.UsageError(f"tokenizer vocab {tokenizer.vocab_size} exceeds the model's {model.cfg.vocab_size}")
     tasks = load_eval_tasks()
     policy = ModelPolicy(model, tokenizer, SampleConfig(temperature=FLAGS.temperature, top_p=FLAGS.top_p,
                                                         top_k=FLAGS.top_k, max_new_tokens=FLAGS.max_new_tokens),
-                         max_len=FLAGS.max_len, seed=FLAGS.seed)
+                         max_len=FLAGS.max_len, seed=FLAGS.seed, mesh=mesh)
     episodes = run_episodes(policy, [t for t in tasks for _ in range(FLAGS.samples)], make_harness(FLAGS.harness),
                             backend=FLAGS.backend, concurrency=FLAGS.concurrency,
                             budgets=Budgets(FLAGS.max_turns, FLAGS.max_len, FLAGS.wall_sec))
