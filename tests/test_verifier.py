@@ -37,10 +37,11 @@ def _verify(tmp_path, test_sh: str, solve: str = "echo hello > /app/out.txt", ti
     "pip install pytest==8.4.1 requests==2.32.5 pytest-json-ctrf==0.3.5\n"
     "pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA",
     "python -m pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA",
+    "cd /tests && python3 -B -W ignore -m pytest test_outputs.py -rA",
     "curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh\nsource $HOME/.local/bin/env\nuv venv -p 3.12 .tb\n"
     "source .tb/bin/activate\nuv pip install pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
     "uv run pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA",
-], ids=["uvx", "pip+pytest", "python-m-pytest", "uv-venv-run"])
+], ids=["uvx", "pip+pytest", "python-m-pytest", "python-flags-m-pytest", "uv-venv-run"])
 def test_tb2_script_forms_run_offline(tmp_path, script):
     res = _verify(tmp_path, script)
     assert (res.tests, res.reward, res.strict, res.error) == ({"test_out": True, "test_sibling_import": True}, 1.0,
@@ -54,7 +55,7 @@ def test_tb2_script_forms_run_offline(tmp_path, script):
     ("uvx -w pytest==8.4.1 -w no-such-package-xyz==1.0 pytest /tests/test_outputs.py -rA", "no-such-package-xyz"),
     ("apt-get install -y no-such-host-package-xyz\npython3 -m pytest /tests/test_outputs.py -k nothing_matches -rA",
      "no-such-host-package-xyz"),
-    ("python3 -m pytest /tests/test_outputs.py -k nothing_matches -rA", "pytest ran but reported no test"),
+    ("python3 -m pytest /tests/test_outputs.py -k nothing_matches -rA", "pytest reported no test"),
     ("echo crashed before the tests; exit 3", "no test results and no reward file"),
     ("sleep 30", "timed out"),
 ])

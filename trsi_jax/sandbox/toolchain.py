@@ -41,6 +41,8 @@ PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==
             "beautifulsoup4==4.13.5", "bs4==0.0.2", "biopython==1.85", "shapely==2.1.1", "scikit-learn==1.7.0",
             "scikit-image==0.25.0", "matplotlib==3.10.7", "tqdm==4.67.1", "pytesseract==0.3.13", "setuptools==78.1.1")
 VERSION = "1"  # bump when the layout below changes
+_SELF = Path(__file__).read_bytes()
+_SHIM = Path(__file__).with_name("shim.py").read_bytes()
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
 
 
@@ -58,9 +60,9 @@ def _packages_key(packages: tuple[str, ...]) -> str:
 
 
 def toolchain_key(packages: tuple[str, ...] = PACKAGES) -> str:
-    """<interpreter+packages>-<layout>: the layout part changes with this file and shim.py."""
-    layout = hashlib.sha256(Path(__file__).read_bytes() + Path(__file__).with_name("shim.py").read_bytes())
-    return f"{_packages_key(packages)}-{layout.hexdigest()[:8]}"
+    """<interpreter+packages>-<layout>: the layout part changes with this file and shim.py (as this
+    process loaded them, so a build always matches its key)."""
+    return f"{_packages_key(packages)}-{hashlib.sha256(b'layout:' + _SELF + _SHIM).hexdigest()[:8]}"
 
 
 def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Path:
@@ -107,17 +109,33 @@ def _build(t: Path, packages: tuple[str, ...], reuse: Path | None) -> None:
     _write_exe(t / "bin" / "trsi-python",
                f'#!/bin/sh\nexec {MOUNT}/rt/syslib/{_loader_name()} --inhibit-cache --library-path '
                f'{MOUNT}/rt/lib:{MOUNT}/rt/syslib --argv0 {PYTHON} {MOUNT}/rt/bin/python{ver} "$@"\n')
-    shutil.copy(Path(__file__).with_name("shim.py"), t / "shim.py")
+    (t / "shim.py").write_bytes(_SHIM)
     shims = t / "shims"
     shims.mkdir()
     for name in ("uv", "uvx", "pip", "pip3", "curl", "apt-get", "apt", "pytest", "py.test"):
         _write_exe(shims / name, f'#!/bin/sh\nexec {PYTHON} -I {MOUNT}/shim.py {name} "$@"\n')
-    for name in ("python", "python3"):  # `python -m pytest` is ours, anything else the sandbox's own python
+    for name in ("python", "python3"):
         _write_exe(shims / name, PY_PASSTHROUGH.replace("NAME", name))
 
 
+# `python [flags] -m pytest ...` is ours (the flags are dropped: pytest runs isolated), anything else
+# the sandbox's own python, found on PATH past the shims.
 PY_PASSTHROUGH = f"""#!/bin/sh
-if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then shift 2; exec {PYTHON} -I {MOUNT}/shim.py pytest "$@"; fi
+n=0; val=""
+for a in "$@"; do
+  if [ -n "$val" ]; then val=""; n=$((n+1)); continue; fi
+  case "$a" in
+    -m) break ;;
+    -W|-X) val=1; n=$((n+1)) ;;
+    -c*|-) n=-1; break ;;
+    -?*) n=$((n+1)) ;;
+    *) n=-1; break ;;
+  esac
+done
+if [ "$n" -ge 0 ] && [ "$#" -ge $((n+2)) ]; then
+  eval "m=\\${{$((n+1))}} p=\\${{$((n+2))}}"
+  if [ "$m" = "-m" ] && [ "$p" = "pytest" ]; then shift $((n+2)); exec {PYTHON} -I {MOUNT}/shim.py pytest "$@"; fi
+fi
 IFS=:
 for d in $PATH; do
   [ "$d" = "{SHIMS}" ] && continue

@@ -140,19 +140,20 @@ def verify(sandbox: Sandbox, task: Task) -> VerifyResult:
     tests, reward = _tests(sandbox, res.output), _reward(sandbox)
     log = res.output + (f"\n[verifier timed out after {task.verifier_timeout_sec}s]" if res.timed_out else "")
     missing = _missing(res.output)
-    ran_pytest = bool(_SESSION.search(res.output))
+    script_text = (task.tests_dir / "test.sh" if task.fmt == "tb2" else task.test_script).read_text(errors="replace")
+    wants_pytest = "pytest" in script_text or bool(_SESSION.search(res.output))
     error = None
     if tests:
         partial = sum(tests.values()) / len(tests)
         strict = all(tests.values()) and not res.timed_out and (reward is None or reward >= 1.0)
         if missing and not strict:
             error = "the test script needed what the offline verifier lacks: " + "; ".join(missing)
-    elif reward is not None and math.isfinite(reward) and not ran_pytest and not missing and not res.timed_out:
+    elif reward is not None and math.isfinite(reward) and not wants_pytest and not missing and not res.timed_out:
         partial, strict = min(max(reward, 0.0), 1.0), reward >= 1.0
     else:
         partial, strict = 0.0, False
         why = ("timed out" if res.timed_out else "; ".join(missing) if missing else
-               "pytest ran but reported no test" if ran_pytest else "no test results and no reward file")
+               "pytest reported no test" if wants_pytest else "no test results and no reward file")
         error = f"verifier produced no result ({why}, exit {res.exit_code}); output tail:\n{res.output[-2000:]}"
     return VerifyResult(strict=strict, partial=partial, tests=tests, log=log, reward=reward, error=error)
 
