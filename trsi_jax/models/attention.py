@@ -9,6 +9,53 @@ from trsi_jax.config import ModelConfig
 from trsi_jax.models.layers import RMSNorm, apply_rope, dense
 
 
+def _scores(q_BKGtD, k_BKSD, bias_BtS):
+    """Scaled fp32 logits [B, K, G, t, S] plus the additive mask (0 or the fp32 minimum)."""
+    b, kv, g, t, d = q_BKGtD.shape
+    logits = jnp.einsum("bkxd,bksd->bkxs", q_BKGtD.reshape(b, kv, g * t, d), k_BKSD,
+                        preferred_element_type=jnp.float32) * (d ** -0.5)
+    return logits.reshape(b, kv, g, t, -1) + bias_BtS[:, None, None]
+
+
+@jax.custom_vjp
+def _softmax_attention(q_BKGtD, k_BKSD, v_BKSD, bias_BtS):
+    """softmax(q k^T / sqrt(d) + bias) v per (batch, kv head), query heads of a group stacked.
+
+    Hand-written gradient: it recomputes the probabilities from the saved log-sum-exp (no
+    [B, H, t, S] residual) and orders every product so that no [t, S]-sized array is transposed,
+    which on XLA:CPU cost more than the matmuls themselves.
+    """
+    return _softmax_attention_fwd(q_BKGtD, k_BKSD, v_BKSD, bias_BtS)[0]
+
+
+def _softmax_attention_fwd(q_BKGtD, k_BKSD, v_BKSD, bias_BtS):
+    b, kv, g, t, d = q_BKGtD.shape
+    s = _scores(q_BKGtD, k_BKSD, bias_BtS)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    l = jnp.sum(p, axis=-1, keepdims=True)
+    probs = (p / l).astype(v_BKSD.dtype).reshape(b, kv, g * t, -1)
+    o = jnp.einsum("bkxs,bksd->bkxd", probs, v_BKSD).reshape(b, kv, g, t, d)
+    return o, (q_BKGtD, k_BKSD, v_BKSD, bias_BtS, o, m + jnp.log(l))
+
+
+def _softmax_attention_bwd(res, do_BKGtD):
+    q, k, v, bias, o, lse = res
+    b, kv, g, t, d = q.shape
+    p = jnp.exp(_scores(q, k, bias) - lse)  # [B, K, G, t, S] fp32
+    do_x = do_BKGtD.reshape(b, kv, g * t, d)
+    dv = jnp.swapaxes(jnp.einsum("bkxd,bkxs->bkds", do_x, p.reshape(b, kv, g * t, -1).astype(v.dtype)), -1, -2)
+    dp = jnp.einsum("bkxd,bksd->bkxs", do_x, v, preferred_element_type=jnp.float32).reshape(p.shape)
+    delta = jnp.sum(do_BKGtD.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
+    ds = (p * (dp - delta) * (d ** -0.5)).reshape(b, kv, g * t, -1)
+    dq = jnp.einsum("bkxs,bksd->bkxd", ds.astype(q.dtype), k).reshape(q.shape)
+    dk = jnp.swapaxes(jnp.einsum("bkxd,bkxs->bkds", q.reshape(b, kv, g * t, d), ds.astype(q.dtype)), -1, -2)
+    return dq, dk.astype(k.dtype), dv.astype(v.dtype), jnp.zeros_like(bias)
+
+
+_softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
+
+
 def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 512, self_keys: bool = False):
     """Softmax attention with grouped KV heads; logits and softmax in fp32.
 
@@ -22,13 +69,12 @@ def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 512, self_k
     s, kv = k_BSKD.shape[1], k_BSKD.shape[2]
 
     def block(q_BtHD, slots_t, keys: int = s):
-        q_BtKGD = q_BtHD.reshape(b, -1, kv, h // kv, d)
-        k_BsKD, v_BsKD = k_BSKD[:, :keys], v_BSKD[:, :keys]
-        logits = jnp.einsum("btkgd,bskd->bkgts", q_BtKGD, k_BsKD, preferred_element_type=jnp.float32) * (d ** -0.5)
+        q_BKGtD = q_BtHD.reshape(b, -1, kv, h // kv, d).transpose(0, 2, 3, 1, 4)
+        k_BKsD, v_BKsD = (x[:, :keys].swapaxes(1, 2) for x in (k_BSKD, v_BSKD))
         allowed_Bts = valid_BS[:, None, :keys] & (jnp.arange(keys)[None, None, :] <= slots_t[None, :, None])
-        logits = jnp.where(allowed_Bts[:, None, None], logits, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(logits, axis=-1).astype(v_BSKD.dtype)
-        return jnp.einsum("bkgts,bskd->btkgd", probs, v_BsKD).reshape(b, -1, h, d)
+        bias_Bts = jnp.where(allowed_Bts, 0.0, jnp.finfo(jnp.float32).min)
+        o_BKGtD = _softmax_attention(q_BKGtD, k_BKsD, v_BKsD, bias_Bts)
+        return o_BKGtD.transpose(0, 3, 1, 2, 4).reshape(b, -1, h, d)
 
     if t <= q_block:
         return block(q_BTHD, slots_T)
