@@ -47,6 +47,8 @@ _UNREACHABLE = [
     re.compile(r"Couldn't find '[^']*' on the (Hugging Face Hub)"),
     re.compile(r"We couldn't connect to '(https?://[\w.-]+)'"),
 ]
+# A COPY source missing from the task folder (docker's message, then the local backend's).
+_NO_SOURCE = re.compile(r"COPY failed: file not found in build context[^\n]*stat ([^:\s]+)|COPY source '([^']+)' not found")
 # Output that means a package is missing from the reachable Debian archive or PyPI.
 _NO_PACKAGE = [
     re.compile(r"Unable to locate package (\S+)"),
@@ -72,6 +74,9 @@ def classify(text: str) -> tuple[str, str]:
     source or a package the reachable archives lack, else `inside` with the last telling line."""
     if "could not find bridge docker0" in text:
         return "inside", "the docker engine's bridge network (docker0) is gone: restart dockerd, then re-run"
+    m = _NO_SOURCE.search(text)
+    if m:
+        return "outside", f"the task folder lacks {m.group(1) or m.group(2)}, which the Dockerfile copies"
     for pat in _UNREACHABLE:
         m = pat.search(text)
         if m:

@@ -31,6 +31,9 @@ TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
     ("FAILED ../tests/test_outputs.py::test_gcov_enabled - AssertionError: No .gcda\n"
      "FAILED ../tests/test_outputs.py::test_b - x\n===== 2 failed, 1 passed in 0.23s =====", "inside",
      "FAILED ../tests/test_outputs.py::test_gcov_enabled - AssertionError: No .gcda"),
+    ("Step 4/6 : COPY weights.pt /app/\nCOPY failed: file not found in build context or excluded by "
+     ".dockerignore: stat weights.pt: file does not exist", "outside",
+     "the task folder lacks weights.pt, which the Dockerfile copies"),
     ("", "inside", "no output"),
 ])
 def test_classify(text, where, cause):
