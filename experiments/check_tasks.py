@@ -47,6 +47,9 @@ _UNREACHABLE = [
     re.compile(r"Couldn't find '[^']*' on the (Hugging Face Hub)"),
     re.compile(r"We couldn't connect to '(https?://[\w.-]+)'"),
 ]
+# A solution's install step failing on the local backend (host /usr read-only, no apt state, no network).
+_LOCAL_INSTALL = re.compile(r"/var/lib/apt/lists/partial is missing|Could not open lock file|"
+                            r"externally-managed-environment|Read-only file system")
 # A COPY source missing from the task folder (docker's message, then the local backend's).
 _NO_SOURCE = re.compile(r"COPY failed: file not found in build context[^\n]*stat ([^:\s]+)|COPY source '([^']+)' not found")
 # Output that means a package is missing from the reachable Debian archive or PyPI.
@@ -162,6 +165,8 @@ def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None)
             where, cause = classify(_why(oracle, out))
             if re.search(r"^Setting up \S+", out, re.MULTILINE):
                 cause += " (the solution apt-installed packages; does the verifier see them?)"
+            if backend == "local" and where == "inside" and _LOCAL_INSTALL.search(out):
+                where, cause = "local", f"the solution installs software, which the local backend cannot ({cause})"
             row.where, row.cause = where, f"oracle: {cause}"
         elif row.empty in ("pass", "no result"):
             where, cause = classify(_why(empty))
