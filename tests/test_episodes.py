@@ -220,3 +220,19 @@ def test_evaluate_script_writes_metrics_and_table(tmp_path):
     from trsi_jax.rollout import load_episodes
 
     assert len(load_episodes(str(tmp_path / "episodes"))) == 2
+
+
+def test_agent_that_kills_its_terminal_is_verified_not_excused(task):
+    """Killing the terminal is the agent's act, not an infrastructure failure: the episode is still
+    verified and trained on (else a failing policy could escape its zero by crashing the terminal)."""
+    def solve_then_kill(conv):
+        return format_reply([(solve_keys(task) if n_assistant(conv) == 0 else "tmux kill-server\n", 5)])
+
+    def kill_only(conv):
+        return format_reply([("tmux kill-server\n", 5)])
+
+    budgets = Budgets(max_turns=4, max_tokens=20000, wall_sec=120)
+    (solver,), (quitter,) = (run_episodes(ScriptedPolicy(fn, TOK), [task], CommonHarness(), budgets=budgets,
+                                          show_progress=False) for fn in (solve_then_kill, kill_only))
+    assert solver.outcome == "success" and solver.strict, (solver.outcome, solver.reason)
+    assert quitter.outcome == "terminal_lost" and not quitter.strict and quitter.tests, quitter.reason

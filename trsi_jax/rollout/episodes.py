@@ -21,7 +21,8 @@ from trsi_jax.agent.harness import CommonHarness, Session, record_progress
 from trsi_jax.rollout.chat import encode_chat, encode_prompt
 from trsi_jax.rollout.policy import Policy, Reply
 
-OUTCOMES = ("success", "failure", "turn_limit", "timeout", "context_overflow", "sandbox_error", "verifier_error")
+OUTCOMES = ("success", "failure", "turn_limit", "timeout", "context_overflow", "terminal_lost", "sandbox_error",
+            "verifier_error")
 # Cut by a budget, not ended by the agent (RPR's `truncation` flag decides how they are valued).
 TRUNCATED = ("turn_limit", "timeout", "context_overflow")
 # The infrastructure failed, not the policy: the sandbox broke, or the verifier produced no result
@@ -133,7 +134,7 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
     track_progress: probe progress after every turn (`Episode.progress`, for FDR).
     desc: the progress bar's label (default "episodes[<harness>]").
     """
-    from trsi_jax.sandbox import make_sandbox, verify
+    from trsi_jax.sandbox import SandboxError, make_sandbox, verify
 
     if context is not None and len(context) != len(tasks):
         raise ValueError(f"context has {len(context)} entries but there are {len(tasks)} tasks")
@@ -159,6 +160,12 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
             obs = harness.step(s, reply.text, budgets.wall_sec - (time.monotonic() - lv.start))
             if track_progress or s.progress:  # a probing harness also gets one value per turn
                 record_progress(s)
+        except SandboxError as e:
+            # The agent can kill or garble its own terminal; that ends its turn-taking but is no
+            # infrastructure failure (else a failing policy could escape its zero by crashing the
+            # terminal). The episode is verified as usual; a sandbox that is really gone fails there.
+            lv.stop = ("terminal_lost", f"SandboxError: {e}")
+            return
         except Exception as e:
             lv.stop = _error_stop(e)
             return
