@@ -56,4 +56,4 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start"; tail -20 /tmp/dockerd.log; exit 1; } >&2
 fi
-sandboxes/docker/build_base_image.sh
+sandboxes/docker/build_images.sh  # trsi/base, trsi/debian, trsi/python, trsi/uv (from_images.txt targets)
