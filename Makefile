@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test install install-test system-demo system-test clean
+.PHONY: demo test install install-test system-demo system-test toolchain clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -26,12 +26,16 @@ system-demo:
 system-test:
 	bash scripts/setup_system.sh test
 
+# The verifier's own interpreter, pytest and test libraries (~/.cache/trsi_jax/verifier, from PyPI once).
+toolchain: install
+	$(PY) -c "from trsi_jax.sandbox import toolchain; print('verifier toolchain:', toolchain.ensure())"
+
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
-demo: system-demo install
+demo: system-demo install toolchain
 	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --model=tiny --workdir=runs/demo
 
 # The whole test suite, slow tests included.
-test: system-test install-test
+test: system-test install-test toolchain
 	$(PY) -m pytest tests; rc=$$?; [ $$rc -ne 5 ] || echo "make test: pytest collected no tests"; exit $$rc
 
 clean:
