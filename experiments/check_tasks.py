@@ -75,8 +75,12 @@ class Row:
 def classify(text: str) -> tuple[str, str]:
     """(where, one-line cause) of a failure from its output: `outside` when it names an unreachable
     source or a package the reachable archives lack, else `inside` with the last telling line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # docker build logs colour stderr
     if "could not find bridge docker0" in text:
         return "inside", "the docker engine's bridge network (docker0) is gone: restart dockerd, then re-run"
+    m = re.search(r"HTTPSConnectionPool\(host='([\w.-]+)'[^\n]*Read timed out", text)
+    if m:  # reachable, but slow under load: a re-run usually gets through
+        return "outside", f"download from {m.group(1)} timed out (a reachable source: re-run)"
     m = _NO_SOURCE.search(text)
     if m:
         return "outside", f"the task folder lacks {m.group(1) or m.group(2)}, which the Dockerfile copies"
