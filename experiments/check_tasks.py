@@ -34,6 +34,7 @@ flags.DEFINE_string("task_logs", None, "write each task's full build/solution/ve
 
 # Output that means a source this machine cannot reach was needed (group 1, if any, names it).
 _UNREACHABLE = [
+    re.compile(r"Looking in indexes: (https?://[\w.-]+)(?=[\s\S]*Failed to establish a new connection)"),
     re.compile(r"unable to access '(https?://[^/']+)"),
     re.compile(r"Could not resolve host:? ?'?([\w.-]+)"),
     re.compile(r"Failed to connect to ([\w-]+(?:\.[\w-]+)+) port"),
