@@ -53,10 +53,10 @@ def bench_config(hidden: int, layers: int) -> ModelConfig:
 def _category(op_name: str) -> str:
     """The innermost known scope in an op's name stack, else 'other'."""
     best, pos = "other", -1
-    for s in SCOPES:
-        i = op_name.rfind(f"{s}/")
-        if i > pos:
-            best, pos = s, i
+    for s in SCOPES:  # as a whole name: "mlp/dot", "transpose(jvp(loss))/mul"
+        for m in re.finditer(rf"(?<![\w]){s}(?![\w])", op_name):
+            if m.start() > pos:
+                best, pos = s, m.start()
     return best
 
 
