@@ -4,10 +4,11 @@
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/bench_sft_step.py --pad_multiple 1024 --steps 12
 
 Runs the real `SFTTrainer` step (same jit, shardings and donation as `make demo`) on random
-byte-token episodes whose lengths follow the demo's (1-3k tokens, ~30% assistant tokens), with
-the SFT settings of the `demo` pipeline preset unless flags say otherwise. Every distinct
-padded shape is compiled before timing. Prints the steady-state step time, tokens/s (padded
-and real) and the speed-up over the 3.4 s/step measured before this benchmark existed.
+episodes of 1-3k tokens (~30% assistant tokens), batch and learning settings from the `demo`
+pipeline preset. By default max_len 3072 and pad_multiple 1024, the setting in which the 3.4
+s/step baseline was measured (../shared/FINDINGS.md); `--demo_lengths` takes max_len and
+pad_multiple from today's demo preset instead. Every distinct padded shape is compiled before
+timing. Prints the steady-state step time, tokens/s (padded and real) and the speed-up.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from flax import nnx
 from trsi_jax.config import model_preset
 from trsi_jax.models import Qwen
 from trsi_jax.pipeline.config import pipeline_preset
-from trsi_jax.train.data import SFTExample
+from trsi_jax.train.data import BucketedBatches, SFTExample
 from trsi_jax.train.sft import SFTTrainer
 
 BASELINE_S = 3.4  # s/step, ../shared/FINDINGS.md (demo bootstrap, before issue 16)
@@ -44,12 +45,15 @@ def main():
     sft = pipeline_preset("demo").bootstrap
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=sft.batch_size)
-    p.add_argument("--pad_multiple", type=int, default=sft.pad_multiple)
-    p.add_argument("--max_len", type=int, default=sft.max_len)
+    p.add_argument("--pad_multiple", type=int, default=1024)
+    p.add_argument("--max_len", type=int, default=3072)
+    p.add_argument("--demo_lengths", action="store_true", help="max_len and pad_multiple of the demo preset")
     p.add_argument("--steps", type=int, default=8, help="timed steps (after one compile per shape)")
     p.add_argument("--remat", default=None, help="override ModelConfig.remat")
     p.add_argument("--hidden", type=int, default=None, help="override the tiny preset's hidden size")
     args = p.parse_args()
+    if args.demo_lengths:
+        args.max_len, args.pad_multiple = sft.max_len, sft.pad_multiple
 
     cfg = model_preset("tiny")
     if args.remat:
@@ -62,7 +66,6 @@ def main():
     examples = _episodes(8 * args.batch, cfg.vocab_size, seed=0)
     with tempfile.TemporaryDirectory() as workdir:
         trainer = SFTTrainer(Qwen(cfg, rngs=nnx.Rngs(0)), sft, workdir)
-        from trsi_jax.train.data import BucketedBatches
         data = BucketedBatches(examples, sft.batch_size, sft.seed, sft.max_len, 0, sft.pad_multiple,
                                sft.bucket_window)
         batches = [data.batch(s) for s in range(args.steps)]
@@ -92,7 +95,9 @@ def main():
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"step time: {per_step * 1e3:.0f} ms over {len(batches)} steps; "
           f"{padded / elapsed:,.0f} padded tokens/s, {real / elapsed:,.0f} real tokens/s")
-    print(f"speed-up vs {BASELINE_S} s/step baseline: {BASELINE_S / per_step:.1f}x")
+    like = args.max_len == 3072 and args.pad_multiple == 1024
+    print(f"speed-up vs {BASELINE_S} s/step baseline (max_len 3072, pad 1024"
+          f"{'' if like else '; NOT like for like: other lengths here'}): {BASELINE_S / per_step:.1f}x")
 
 
 if __name__ == "__main__":
