@@ -80,13 +80,6 @@ class ChatConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ChatConfig:
-    """How conversations are rendered for the policy (the tokenizer's chat template, else a built-in ChatML)."""
-
-    thinking: bool = False  # the template's reasoning mode (Qwen3 `enable_thinking`); off: empty <think> block
-
-
-@dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """Device mesh shape; -1 on one axis takes the remaining devices."""
 
