@@ -32,7 +32,7 @@ toolchain: install
 
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
 demo: system-demo install toolchain
-	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --model=tiny --workdir=runs/demo
+	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --preset=demo --init_hf=trsi_jax/assets/tiny_base --workdir=runs/demo
 
 # The whole test suite, slow tests included.
 test: system-test install-test toolchain

@@ -26,7 +26,7 @@ from trsi_jax.pipeline import report as report_lib
 from trsi_jax.pipeline.config import PipelineConfig, pipeline_preset
 from trsi_jax.pipeline.evaluate import evaluate_policy
 from trsi_jax.pipeline.run import RSR_STAGES, Pipeline, quiet_library_logs
-from trsi_jax.rollout import load_episodes, load_tokenizer
+from trsi_jax.rollout import load_episodes
 from trsi_jax.rpr.handoff import load_policy
 from trsi_jax.train.data import SFTExample
 from trsi_jax.train.sft import SFTTrainer
@@ -34,9 +34,13 @@ from trsi_jax.train.sft import SFTTrainer
 FLAGS = flags.FLAGS
 flags.DEFINE_list("seeds", ["0"], "pipeline seeds (model init, task schedules, sampling)")
 flags.DEFINE_string("preset", "demo", "pipeline preset")
-flags.DEFINE_string("tokenizer", "byte", "'byte' or an HF tokenizer folder (as experiments.pipeline)")
+flags.DEFINE_string("tokenizer", "byte", "'byte' or an HF tokenizer folder (default: the --init_hf folder's)")
 common.define_runtime_flags()
+common.define_hf_flags()
 common.define_config_flags("pipeline", PipelineConfig)
+# The demo starts from the shipped base (made by `experiments.make_base`), as `make demo` does.
+FLAGS.set_default("init_hf", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                          "trsi_jax", "assets", "tiny_base"))
 CONTROL = "raw-sft (control)"
 
 
@@ -103,14 +107,14 @@ def main(argv):
     del argv
     quiet_library_logs()
     common.init_runtime()
-    tokenizer = load_tokenizer(FLAGS.tokenizer)
+    tokenizer = common.tokenizer_from_flags()
     preset = common.config_from_flags("pipeline", pipeline_preset(FLAGS.preset))
     evals, rsrs, walls = [], [], []
     main_process = jax.process_index() == 0
     for seed in map(int, FLAGS.seeds):
         start = time.perf_counter()
         pipe = Pipeline(with_seed(preset, seed), common.model_config_from_flags(),
-                        os.path.join(FLAGS.workdir, f"seed{seed}"), tokenizer)
+                        os.path.join(FLAGS.workdir, f"seed{seed}"), tokenizer, init_hf=FLAGS.init_hf)
         report = pipe.run()
         control = raw_sft_control(pipe)
         walls.append(time.perf_counter() - start)

@@ -1,7 +1,7 @@
 """The five-stage pipeline: bootstrap -> base eval -> RSR-1 -> RPR-1 -> RSR-2 -> RPR-2 -> table.
 
-    # `make demo`: the tiny model on CPU, ~10-15 minutes on 2 cores
-    python -m experiments.pipeline --model=tiny --workdir=runs/demo
+    # `make demo`: the tiny model on CPU from the shipped base (experiments.make_base)
+    python -m experiments.pipeline --preset=demo --init_hf=trsi_jax/assets/tiny_base --workdir=runs/demo
     # CI-sized smoke run; any field is a flag
     python -m experiments.pipeline --model=tiny --preset=ci --workdir=runs/ci \
         --pipeline.rpr1.updates=1 --pipeline.families=files,text
