@@ -46,6 +46,11 @@ def quiet_library_logs() -> None:
     logging.set_verbosity(logging.WARNING)
     for name in ("jax", "orbax", "absl", "flax", "tensorstore"):
         py_logging.getLogger(name).setLevel(py_logging.WARNING)
+    import datasets  # episode files are HF datasets; their save bars are not a phase of the pipeline
+
+    datasets.disable_progress_bars()
+
+
 DONE = "stage.done.json"
 EVAL = "eval.json"
 
