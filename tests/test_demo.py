@@ -1,7 +1,7 @@
 """`make demo` end to end: the demo preset from the shipped base (`trsi_jax/assets/tiny_base`,
 made by `experiments.make_base`) gives RSR-1 real successes, and its critic rejects a runbook
-whose revision is then accepted. Held-out evaluation is shrunk to 2 tasks per family to keep the
-test short; everything that RSR-1 does is the preset's own."""
+whose revision is then accepted. Held-out evaluation is shrunk to 2 tasks per family and the stages after RSR-1 are
+shortened to keep the test short; everything that RSR-1 does is the preset's own."""
 import json
 import os
 import subprocess
@@ -18,7 +18,10 @@ def test_demo_preset_rsr1_learns_from_successes_and_revises_a_rejected_runbook(t
     workdir = tmp_path / "demo"
     cmd = [sys.executable, "-m", "experiments.pipeline", "--preset=demo", f"--init_hf={BASE}",
            f"--workdir={workdir}", f"--jax_cache_dir={os.path.join(ROOT, '.cache', 'jax')}",
-           "--pipeline.heldout_per_family=2"]
+           # Past RSR-1 (what this test checks) the later stages run shortened, so the suite stays
+           # within its time budget: one update per RPR stage, RSR-2 under the common harness only.
+           "--pipeline.heldout_per_family=2", "--pipeline.rpr1.updates=1", "--pipeline.rpr2.updates=1",
+           "--pipeline.rsr2.harnesses=common", "--pipeline.rsr2.replays=1"]
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
         "--xla_force_host_platform_device_count=8", "").strip())  # one CPU device, as `make demo`
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
