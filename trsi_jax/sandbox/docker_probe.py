@@ -30,7 +30,7 @@ def probe(sb, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec:
         raise SandboxError("progress probes run while the agent works, not after stop_processes")
     try:
         sb.container.reload()
-        merged = (sb.container.attrs.get("GraphDriver") or {}).get("Data", {}).get("MergedDir")
+        merged = ((sb.container.attrs.get("GraphDriver") or {}).get("Data") or {}).get("MergedDir")  # None: btrfs
         paths = [c["Path"] for c in (sb.container.diff() or [])]
     except docker.errors.APIError as e:
         raise SandboxError(f"could not inspect the container for a probe: {e}") from None
