@@ -185,17 +185,24 @@ def ensure_image(client, task: Task, rules=None) -> str:
     return tag
 
 
-def _disk_quota(client, lim: Limits) -> dict | None:
+def _disk_quota(client, lim: Limits, image: str) -> dict | None:
     """`--storage-opt size` where the storage driver enforces it (btrfs, zfs, overlay2 on XFS mounted with
     pquota), else None: then the container's writes are bounded only per file (RLIMIT_FSIZE), which the
-    README states. Inodes are not capped separately (each costs bytes of the size cap where one exists)."""
-    if lim.disk_mb <= 0:
+    README states. Inodes are not capped separately (each costs bytes of the size cap where one exists).
+    btrfs counts the image's own bytes against the limit (a qgroup's referenced bytes), so its limit is
+    the image's size plus `disk_mb`."""
+    if lim.disk_mb <= 0 or not enforces_disk_quota(client):
         return None
+    if client.info().get("Driver") == "btrfs":
+        return {"size": f"{lim.disk_mb + (client.images.get(image).attrs['Size'] >> 20) + 1}M"}
+    return {"size": f"{lim.disk_mb}M"}
+
+
+def enforces_disk_quota(client) -> bool:
+    """Whether dockerd's storage driver enforces `--storage-opt size`."""
     info = client.info()
     backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem")
-    if info.get("Driver") in ("btrfs", "zfs") or (info.get("Driver") == "overlay2" and backing == "xfs"):
-        return {"size": f"{lim.disk_mb}M"}
-    return None
+    return info.get("Driver") in ("btrfs", "zfs") or (info.get("Driver") == "overlay2" and backing == "xfs")
 
 
 class DockerSandbox(Sandbox):
@@ -240,7 +247,7 @@ class DockerSandbox(Sandbox):
                 mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
                 pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
                 privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {},
-                storage_opt=_disk_quota(self.client, lim))
+                storage_opt=_disk_quota(self.client, lim, self.image))
         except docker.errors.APIError as e:
             raise SandboxError(f"could not start a container from {self.image}: {e}") from None
         try:
