@@ -370,8 +370,12 @@ class DockerSandbox(Sandbox):
         bundles = {}
         for name in changed:  # only entries the episode touched (docker diff vs the image)
             try:
-                stream, _ = old.get_archive(f"/{name}")
-                bundles[name] = _without(b"".join(stream), CONTAINER_MANAGED)
+                stream, stat = old.get_archive(f"/{name}")
+                # /etc holds the runtime's bind mounts (hosts, resolv.conf): one the agent swapped for a
+                # link or a file cannot replace the fresh container's; it counts as deleted.
+                is_dir = bool(stat.get("mode", 0) & (1 << 31)) and not stat.get("linkTarget")  # Go's ModeDir
+                bundles[name] = None if name == "etc" and not is_dir else _without(b"".join(stream),
+                                                                                    CONTAINER_MANAGED)
             except docker.errors.NotFound:  # deleted by the agent
                 bundles[name] = None
         try:
