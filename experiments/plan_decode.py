@@ -11,17 +11,11 @@ Flags are plan.py's: --model, --mesh, --batch (sequences), --seq_len (cache leng
 """
 from __future__ import annotations
 
-import os
-import sys
 
 if __name__ == "__main__":  # the fake device count must be set before jax is imported
-    _mesh = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--mesh=")), "fsdp=8")
-    _n = 1
-    for _part in _mesh.split(","):
-        _n *= int(_part.split("=")[1])
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + f" --xla_force_host_platform_device_count={_n}").strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from experiments import fake_devices
+
+    fake_devices.from_argv()
 
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
