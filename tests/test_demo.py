@@ -19,8 +19,9 @@ def test_demo_preset_rsr1_learns_from_successes_and_revises_a_rejected_runbook(t
     cmd = [sys.executable, "-m", "experiments.pipeline", "--preset=demo", f"--init_hf={BASE}",
            f"--workdir={workdir}", f"--jax_cache_dir={os.path.join(ROOT, '.cache', 'jax')}",
            # Past RSR-1 (what this test checks) the later stages run shortened, so the suite stays
-           # within its time budget: one update per RPR stage, RSR-2 under the common harness only.
+           # within its time budget: one small update per RPR stage, RSR-2 under the common harness only.
            "--pipeline.heldout_per_family=2", "--pipeline.rpr1.updates=1", "--pipeline.rpr2.updates=1",
+           "--pipeline.rpr1.tasks_per_update=4", "--pipeline.rpr2.tasks_per_update=4",
            "--pipeline.rsr2.harnesses=common", "--pipeline.rsr2.replays=1"]
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
         "--xla_force_host_platform_device_count=8", "").strip())  # one CPU device, as `make demo`

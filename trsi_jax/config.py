@@ -189,6 +189,7 @@ class RPRConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     backend: str = "local"  # sandbox backend: "local" | "docker"
+    concurrency: int = 8  # episodes run at once (one batched generate per round)
     # Rewards: SPR (or binary strict success) on the last policy token + FDR per turn.
     reward: str = "spr"  # "spr" | "binary"
     kappa: float = 0.5
@@ -263,6 +264,7 @@ class RSRConfig:
     max_new_tokens: int = 512
     max_len: int = 8192  # context tokens per episode
     backend: str = "local"
+    concurrency: int = 8  # episodes run at once in collect and replay (one batched generate per round)
     # Plan / criticise / execute (paper: K = 4, M = 4 at temperature 0.7; R rounds of revision).
     runbooks_per_success: int = 4
     revision_rounds: int = 3

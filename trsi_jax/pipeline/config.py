@@ -22,6 +22,7 @@ class PipelineConfig:
     eval_temperature: float = 0.7
     eval_max_turns: int = 4
     eval_max_new_tokens: int = 256
+    concurrency: int = 8  # episodes run at once in held-out evaluation
     # Bootstrap: SFT on verified oracle demonstrations of the train tasks.
     bootstrap_repeats: int = 4
     bootstrap: SFTConfig = SFTConfig()
@@ -52,9 +53,10 @@ def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> 
                       checkpoint_every=sft_steps, log_every=5), **episode)
 
 
-def _small_rpr(stage: int, lr: float, updates: int, tasks: int, batch: int, **episode) -> RPRConfig:
+def _small_rpr(stage: int, lr: float, updates: int, tasks: int, batch: int, samples: int = 2,
+               **episode) -> RPRConfig:
     return dataclasses.replace(
-        rpr_stage(stage), updates=updates, tasks_per_update=tasks, samples_per_task=2, temperature=0.7,
+        rpr_stage(stage), updates=updates, tasks_per_update=tasks, samples_per_task=samples, temperature=0.7,
         critic_warmup_updates=1, ppo=PPOConfig(epochs=1, minibatch_size=batch),
         policy_optim=OptimConfig(lr=lr, schedule="constant"),
         critic_optim=OptimConfig(lr=1e-3, schedule="constant"), **episode)
@@ -62,22 +64,24 @@ def _small_rpr(stage: int, lr: float, updates: int, tasks: int, batch: int, **ep
 
 def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_tokens: int, batch: int,
           bootstrap_steps: int, rsr_steps: int, rpr_updates: int, rpr_tasks: int, max_len: int = 1536,
-          bootstrap_repeats: int = 8) -> PipelineConfig:
+          bootstrap_repeats: int = 8, rpr_samples: int = 2, concurrency: int = 8) -> PipelineConfig:
     """The tiny-model pipeline on CPU: every stage at the smallest size that still does its job.
     `batch` is the SFT batch and the PPO minibatch (a multiple of the mesh's data*fsdp size); SFT
-    pads to multiples of 128 tokens (episodes are a few hundred BPE tokens)."""
-    episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=max_len)
+    pads to multiples of 128 tokens (episodes are a few hundred BPE tokens). `concurrency`: episodes
+    run at once everywhere (one batched generate per round; the tiny model decodes 32 rows in about
+    the time of 8)."""
+    episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=max_len, concurrency=concurrency)
     return PipelineConfig(
         families=families, train_per_family=train, heldout_per_family=heldout, max_len=max_len,
-        eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, bootstrap_repeats=bootstrap_repeats,
+        eval_samples=2, eval_max_turns=turns, concurrency=concurrency, eval_max_new_tokens=new_tokens, bootstrap_repeats=bootstrap_repeats,
         bootstrap=SFTConfig(
             optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 20, total_steps=bootstrap_steps),
             batch_size=batch, max_len=max_len, pad_multiple=128, eval_fraction=0.0,
             checkpoint_every=bootstrap_steps, log_every=10),
         rsr1=_small_rsr(1, rsr_steps, 1e-4, batch, **episode),
-        rpr1=_small_rpr(1, 1e-4, rpr_updates, rpr_tasks, batch, **episode),
+        rpr1=_small_rpr(1, 1e-4, rpr_updates, rpr_tasks, batch, rpr_samples, **episode),
         rsr2=_small_rsr(2, rsr_steps, 5e-5, batch, **episode),
-        rpr2=_small_rpr(2, 5e-5, rpr_updates, rpr_tasks, batch, **episode),
+        rpr2=_small_rpr(2, 5e-5, rpr_updates, rpr_tasks, batch, rpr_samples, **episode),
         mesh=MeshConfig(data=1, fsdp=-1, tensor=1))
 
 
@@ -86,8 +90,10 @@ PIPELINE_PRESETS: dict[str, PipelineConfig] = {
     # shipped base (`--init_hf=trsi_jax/assets/tiny_base`, made by `experiments.make_base`). Held-out:
     # 2 families x 20 tasks x 2 samples. Six turns: the base answers in two (commands, then the
     # confirmation); RSR trains on runbook replays that take one turn per milestone (4-5 turns).
+    # RPR: 16 tasks x 4 samples per update (the first trains the critic alone); at 4 tasks x 2 the
+    # policy saw 24 episodes per stage and nothing moved.
     "demo": _tiny(("files", "text"), train=16, heldout=20, turns=6, new_tokens=256, batch=4,
-                  bootstrap_steps=400, rsr_steps=30, rpr_updates=4, rpr_tasks=4),
+                  bootstrap_steps=400, rsr_steps=30, rpr_updates=6, rpr_tasks=16, rpr_samples=4, concurrency=32),
     # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
     "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
                 bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4, max_len=3072),

@@ -165,7 +165,7 @@ class Pipeline:
                                  temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
                                  max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len,
                                  backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress,
-                                 desc=f"eval[{stage}]")
+                                 desc=f"eval[{stage}]", concurrency=cfg.concurrency)
         result["checkpoint"] = source
         write_json(path, result)
         return result

@@ -22,7 +22,6 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from flax import nnx
 
 from trsi_jax.rl.losses import sampling_logits
@@ -117,29 +116,13 @@ def _bucket(n: int, minimum: int, step: int = 256) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
-def _prompt_width(longest: int, want: int, max_len: int) -> int:
-    """Width T of the left-padded prompt block: the bucket of the longest prompt (few compiled
-    shapes), narrowed to the longest prompt itself when the bucket's padding would eat into the
-    `want` tokens its row may still generate; the cache (max_len) holds T + generated tokens."""
-    return max(longest, min(_bucket(longest, 16), max_len - want))
-
-
-def _warn_if_cut(toks_BN, len_B, caps, room: int, stop_ids, prompt_lens, max_len: int) -> None:
-    """One warning per call naming how many replies the context cut (room below the asked cap,
-    filled without a stop token)."""
-    cut = [b for b, cap in enumerate(caps) if room < cap and len_B[b] == room
-           and int(toks_BN[b, len_B[b] - 1]) not in stop_ids]
-    if cut:
-        logging.warning("%d of %d replies cut by the context (max_len=%d): prompts of %s tokens got %d of the %s "
-                        "tokens asked", len(cut), len(caps), max_len, [prompt_lens[b] for b in cut], room,
-                        [caps[b] for b in cut])
-
-
 class Sampler:
     """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included.
 
-    A row may generate up to max_len minus the longest prompt's length (rows share the longest
-    prompt's room); a warning counts the replies the context cut short of what was asked.
+    Each row may generate up to max_len minus its OWN prompt's length: the cache is T + the
+    longest row's room wide (T = the bucketed longest prompt), so a long prompt in the batch
+    never cuts a short one's reply (positions count each row's own tokens, so no row passes
+    max_len), and short batches attend over a short cache.
     With a `mesh`, prompts and the cache are split over the batch axes (data, fsdp) and the
     batch is padded to a multiple of their size; params keep whatever shardings they carry.
     """
@@ -163,8 +146,9 @@ class Sampler:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
         caps = [cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
                 for b in range(len(prompts))]
-        T = _prompt_width(longest, max(min(c, self.max_len - len(p)) for c, p in zip(caps, prompts)), self.max_len)
-        room = self.max_len - T
+        want = [min(c, self.max_len - len(p)) for c, p in zip(caps, prompts)]
+        T = _bucket(longest, 16)
+        width = T + _bucket(max(want), 16)  # prompt block + the longest row's room (few compiled shapes)
         B = _bucket(len(prompts), 1, step=1 << 30)
         if self.mesh is not None:
             n = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
@@ -175,14 +159,14 @@ class Sampler:
         for b, p in enumerate(prompts):
             tokens_BT[b, T - len(p):] = p
             mask_BT[b, T - len(p):] = 1
-            limit_B[b] = min(caps[b], room)
+            limit_B[b] = want[b]
         tokens_BT[len(prompts):, -1] = self.pad_id  # dummy rows: one real token keeps attention finite
         mask_BT[len(prompts):, -1] = 1
 
         from trsi_jax.models import init_cache
 
         graphdef, state = nnx.split(self.model)
-        cache = init_cache(self.model.cfg, B, self.max_len, self.cache_dtype)
+        cache = init_cache(self.model.cfg, B, width, self.cache_dtype)
         inputs = (tokens_BT, mask_BT, limit_B)
         if self.mesh is not None:
             from trsi_jax import sharding
@@ -195,5 +179,4 @@ class Sampler:
         from trsi_jax.sharding import to_host
 
         toks_BN, logp_BN, len_B = to_host((toks_BN, logp_BN, len_B))  # whole batch on every host
-        _warn_if_cut(toks_BN, len_B, caps, room, cfg.stop_ids, [len(p) for p in prompts], self.max_len)
         return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]

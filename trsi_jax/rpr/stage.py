@@ -219,7 +219,8 @@ def run_rpr(cfg: RPRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
             policy = ModelPolicy(learner.policy(), tokenizer, sample_cfg, max_len=cfg.max_len,
                                  seed=cfg.seed * 1_000_003 + update)
             episodes = run_episodes(policy, chosen, harness, backend=cfg.backend, budgets=budgets,
-                                    track_progress=cfg.fdr_beta > 0, show_progress=False)
+                                    track_progress=cfg.fdr_beta > 0, concurrency=cfg.concurrency,
+                                    show_progress=False)
             rollout_sec = time.perf_counter() - t0
             warmup = update < cfg.critic_warmup_updates
             if all(is_infra_failure(e) for e in episodes):  # nothing to learn from: no step at all

@@ -14,7 +14,7 @@ from trsi_jax.rollout.episodes import is_infra_failure
 
 
 def collect(policy, tasks: Sequence, harnesses: Sequence[str], samples: int, backend: str, budgets: Budgets,
-            out_dir: str, show_progress: bool = False) -> dict[str, list[Episode]]:
+            out_dir: str, show_progress: bool = False, concurrency: int = 8) -> dict[str, list[Episode]]:
     """Episodes per harness (`samples` per task), saved as `out_dir/<harness>`; a harness whose
     folder is already there is loaded instead of re-run (the phase resumes per harness)."""
     out = {}
@@ -24,7 +24,7 @@ def collect(policy, tasks: Sequence, harnesses: Sequence[str], samples: int, bac
             out[name] = load_episodes(path)
             continue
         episodes = run_episodes(policy, [t for t in tasks for _ in range(samples)], make_harness(name),
-                                backend=backend, budgets=budgets, track_progress=False,
+                                backend=backend, budgets=budgets, track_progress=False, concurrency=concurrency,
                                 show_progress=show_progress, desc=f"collect[{name}]")
         save_episodes(episodes, path)
         open(os.path.join(path, ".done"), "w").close()

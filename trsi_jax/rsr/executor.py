@@ -34,12 +34,12 @@ def follow_runbook(conversation: list[dict]) -> str:
 
 
 def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, budgets: Budgets,
-           show_progress: bool = False) -> list[list[Episode]]:
+           show_progress: bool = False, concurrency: int = 8) -> list[list[Episode]]:
     """M replays per (task, runbook) pair under the common harness, each in a fresh sandbox."""
     flat_tasks = [t for t in tasks for _ in range(m)]
     context = [rb.render() for rb in runbooks for _ in range(m)]
     episodes = run_episodes(policy, flat_tasks, CommonHarness(), backend=backend, budgets=budgets,
-                            context=context, show_progress=show_progress)
+                            context=context, show_progress=show_progress, concurrency=concurrency)
     return [episodes[i * m:(i + 1) * m] for i in range(len(tasks))]
 
 

@@ -104,7 +104,7 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
     collect_dir = os.path.join(workdir, "collect")
     by_harness = collect_lib.collect(
         collect_policy or model_policy(cfg.collect_temperature, cfg.max_new_tokens, 1), tasks, cfg.harnesses, cfg.samples_per_task,
-        cfg.backend, budgets, collect_dir, show_progress)
+        cfg.backend, budgets, collect_dir, show_progress, cfg.concurrency)
     _mark(os.path.join(collect_dir, ".done"))
     wins = collect_lib.successes(by_harness)
     coverage = collect_lib.coverage(by_harness, len(tasks))
@@ -149,7 +149,7 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
         if accepted:
             groups = replay(executor, [by_id[r["task_id"]] for r in accepted],
                             [from_json(r["runbook"]) for r in accepted], cfg.replays, cfg.backend, budgets,
-                            show_progress)
+                            show_progress, cfg.concurrency)
             for i, group in enumerate(groups):
                 episodes.extend(group)
                 index.extend({"runbook": i, "task_id": accepted[i]["task_id"],
