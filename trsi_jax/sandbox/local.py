@@ -339,7 +339,10 @@ class LocalSandbox(Sandbox):
                 raise SandboxError(f"tmux {args[0]} failed: {out.strip()[:500]}")
             return out
 
-        deadline = time.monotonic() + 10.0
+        # 30 s: a start bound, not a wait. With 32 sandboxes starting while the model decodes on every
+        # core, 7 of 80 episodes once ended as sandbox_error at 10 s (suspected cause, not reproduced);
+        # a server that died still fails at once.
+        deadline = time.monotonic() + 30.0
         while client(TMUX_SET_OPTIONS)[0] != 0:  # until the server listens
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SandboxError(f"tmux server did not start in the sandbox (exit {server.poll()})")
