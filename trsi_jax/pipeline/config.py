@@ -73,7 +73,8 @@ def _tiny(families: tuple[str, ...], train: int, heldout: int, turns: int, new_t
     episode = dict(max_turns=turns, max_new_tokens=new_tokens, max_len=max_len, concurrency=concurrency)
     return PipelineConfig(
         families=families, train_per_family=train, heldout_per_family=heldout, max_len=max_len,
-        eval_samples=2, eval_max_turns=turns, concurrency=concurrency, eval_max_new_tokens=new_tokens, bootstrap_repeats=bootstrap_repeats,
+        eval_samples=2, eval_max_turns=turns, eval_max_new_tokens=new_tokens, concurrency=concurrency,
+        bootstrap_repeats=bootstrap_repeats,
         bootstrap=SFTConfig(
             optim=OptimConfig(lr=3e-3, warmup_steps=bootstrap_steps // 20, total_steps=bootstrap_steps),
             batch_size=batch, max_len=max_len, pad_multiple=128, eval_fraction=0.0,

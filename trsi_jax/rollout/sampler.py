@@ -122,7 +122,8 @@ class Sampler:
     Each row may generate up to max_len minus its OWN prompt's length: the cache is T + the
     longest row's room wide (T = the bucketed longest prompt), so a long prompt in the batch
     never cuts a short one's reply (positions count each row's own tokens, so no row passes
-    max_len), and short batches attend over a short cache.
+    max_len), and short batches attend over a short cache; the widest cache is the bucketed
+    max_len plus max_new_tokens.
     With a `mesh`, prompts and the cache are split over the batch axes (data, fsdp) and the
     batch is padded to a multiple of their size; params keep whatever shardings they carry.
     """
