@@ -67,7 +67,8 @@ def raw_sft_control(pipe: Pipeline) -> dict:
     result = evaluate_policy(policy, pipe.heldout_tasks, pipe.tokenizer, samples=cfg.eval_samples,
                              temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
                              max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len, backend=cfg.backend,
-                             seed=cfg.seed, show_progress=pipe.show_progress, desc="eval[raw-sft]")
+                             seed=cfg.seed, show_progress=pipe.show_progress, desc="eval[raw-sft]",
+                             concurrency=cfg.concurrency)
     result["raw_examples"] = len(raw)
     os.makedirs(out_dir, exist_ok=True)
     with open(done, "w") as f:

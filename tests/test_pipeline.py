@@ -13,14 +13,14 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(workdir):
+def _run(workdir, *flags, ok=True):
     cmd = [sys.executable, "-m", "experiments.pipeline", "--model=tiny", "--preset=ci", f"--workdir={workdir}",
-           f"--jax_cache_dir={os.path.join(ROOT, '.cache', 'jax')}", "--pipeline.families=files,text"]
+           f"--jax_cache_dir={os.path.join(ROOT, '.cache', 'jax')}", "--pipeline.families=files,text", *flags]
     # One CPU device, as `make demo` runs (the 8 fake devices of conftest are for mesh tests).
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
         "--xla_force_host_platform_device_count=8", "").strip())
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+    assert (out.returncode == 0) == ok, out.stdout[-3000:] + out.stderr[-5000:]
     return out
 
 
@@ -57,3 +57,7 @@ def test_pipeline_runs_five_stages_and_resumes(tmp_path):
     again = _run(workdir)
     assert "reused" in [ln for ln in again.stdout.splitlines() if ln.startswith("rpr-2 ")][0]
     assert json.loads((workdir / "report.json").read_text())["eval"] == report["eval"]
+    # Changing a flag but keeping the workdir must not report the old result: the re-run stops at
+    # the first stage the flag changes, naming the field and the folders to delete.
+    changed = _run(workdir, "--pipeline.rpr2.policy_optim.lr=1e-06", ok=False)
+    assert "policy_optim.lr" in changed.stderr and f"rm -r {workdir / 'rpr-2'}" in changed.stderr, changed.stderr[-3000:]

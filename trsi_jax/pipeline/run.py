@@ -3,7 +3,8 @@
 Each stage runs in its own folder under the pipeline workdir and reads the previous stage's
 checkpoint folder; RPR-2 also inherits RPR-1's critic. A stage whose `stage.done.json` exists is
 skipped on re-run (a killed stage resumes from its own checkpoints), and so is an evaluation
-whose `eval.json` exists. After every stage its policy is evaluated on the held-out split and
+whose `eval.json` exists, provided each was run with the same config (`reuse`: a changed flag
+stops the re-run with the changed fields and what to delete). After every stage its policy is evaluated on the held-out split and
 one line per stage is printed; at the end the per-stage table (pass@k, strict success, process
 reward, per family), the RSR table (coverage per harness and union, runbooks written / rejected
 / revised / accepted) and `report.png` (held-out strict success and process reward per stage)
@@ -28,6 +29,7 @@ from trsi_jax.models import Qwen
 from trsi_jax.pipeline.bootstrap import bootstrap
 from trsi_jax.pipeline.config import PipelineConfig
 from trsi_jax.pipeline import report as report_lib
+from trsi_jax.pipeline.reuse import check_reuse, fingerprint
 from trsi_jax.pipeline.evaluate import evaluate_policy
 from trsi_jax.rpr.handoff import checkpoint_source, load_policy, read_handoff, write_handoff, write_json
 from trsi_jax.rpr.stage import CHECKPOINTS, run_rpr
@@ -79,7 +81,22 @@ def built_in_tasks(folder: str, split: str, per_family: int, families=None) -> l
     tasks, rejected = load_tasks(folder)
     if rejected:
         raise ValueError(f"built-in tasks rejected by the loader: {rejected}")
+    _check_task_counts(folder, tasks, per_family, families)
     return sorted(tasks, key=lambda t: t.task_id)
+
+
+def _check_task_counts(folder: str, tasks: list, per_family: int, families) -> None:
+    """A folder written earlier with other task flags must not be used silently."""
+    from sandboxes.suite import FAMILIES
+
+    want = {f: per_family for f in (families or FAMILIES)}
+    have: dict[str, int] = {}
+    for t in tasks:
+        have[t.family] = have.get(t.family, 0) + 1
+    if have != want:
+        raise ValueError(f"{folder} holds {have} tasks per family, but {want} were asked: it was written by a "
+                         f"run with other task flags. Use a new --workdir, or delete {folder} and the stages "
+                         f"trained on it")
 
 
 class Pipeline:
@@ -111,16 +128,44 @@ class Pipeline:
 
     # -- stages ------------------------------------------------------------------------------
 
+    def _from(self, stage: str, name: str = "") -> list[str]:
+        """`stage`'s folder (or its file `name`) and those of every later stage."""
+        return [os.path.join(self.stage_dir(s), name) if name else self.stage_dir(s)
+                for s in STAGES[STAGES.index(stage):]]
+
+    def stage_config(self, stage: str) -> dict:
+        """What decides `stage`'s result: its config, the shared task and model settings, and
+        (nested) the upstream stage's record."""
+        cfg = self.cfg
+        shared = dict(model=self.model_cfg, families=cfg.families, train_per_family=cfg.train_per_family,
+                      backend=cfg.backend)
+        if stage == "base":
+            if self.init_hf:
+                return fingerprint(model=self.model_cfg, init_hf=self.init_hf)
+            return fingerprint(**shared, seed=cfg.seed, bootstrap=cfg.bootstrap, repeats=cfg.bootstrap_repeats)
+        own = {"rsr-1": cfg.rsr1, "rpr-1": cfg.rpr1, "rsr-2": cfg.rsr2, "rpr-2": cfg.rpr2}[stage]
+        previous = STAGES[STAGES.index(stage) - 1]
+        return fingerprint(**shared, stage=own, previous=self.stage_config(previous))
+
+    def eval_config(self, stage: str) -> dict:
+        cfg = self.cfg
+        return fingerprint(stage=self.stage_config(stage), families=cfg.families,
+                           heldout_per_family=cfg.heldout_per_family, samples=cfg.eval_samples,
+                           temperature=cfg.eval_temperature, max_turns=cfg.eval_max_turns,
+                           max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len, seed=cfg.seed)
+
     def _once(self, stage: str, fn: Callable[[], dict]) -> dict:
         path = os.path.join(self.stage_dir(stage), DONE)
         done = _json_read(path)
+        config = self.stage_config(stage)
         if done is not None:
+            check_reuse(f"stage {stage} ({self.stage_dir(stage)})", done.get("config"), config, self._from(stage))
             logging.info("pipeline: %s already done, skipping", stage)
             return done
         os.makedirs(self.stage_dir(stage), exist_ok=True)
         start = time.perf_counter()
         logging.info("pipeline: %s starting", stage)
-        summary = dict(fn(), seconds=time.perf_counter() - start)
+        summary = dict(fn(), seconds=time.perf_counter() - start, config=config)
         write_json(path, summary)
         return summary
 
@@ -157,7 +202,9 @@ class Pipeline:
     def evaluate(self, stage: str) -> dict:
         path = os.path.join(self.stage_dir(stage), EVAL)
         done = _json_read(path)
+        config = self.eval_config(stage)
         if done is not None:
+            check_reuse(f"the held-out evaluation {path}", done.get("config"), config, self._from(stage, EVAL))
             return done
         cfg = self.cfg
         policy, source = load_policy(self.checkpoints(stage), self.model_cfg, self.mesh)
@@ -166,7 +213,7 @@ class Pipeline:
                                  max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len,
                                  backend=cfg.backend, seed=cfg.seed, show_progress=self.show_progress,
                                  desc=f"eval[{stage}]", concurrency=cfg.concurrency)
-        result["checkpoint"] = source
+        result["checkpoint"], result["config"] = source, config
         write_json(path, result)
         return result
 
