@@ -3,7 +3,6 @@ import pytest
 
 from sandboxes.suite import build_suite
 from trsi_jax.agent import format_reply
-from trsi_jax.agent.reply import parse_reply
 from trsi_jax.rollout import ByteTokenizer, Budgets, ScriptedPolicy, encode_chat
 from trsi_jax.rsr.critic import LeakScanCritic, ModelCritic, parse_verdict, review_with_revision
 from trsi_jax.rsr.executor import deterministic_executor, replay
@@ -142,17 +141,6 @@ def test_replays_run_in_fresh_sandboxes(task):
         assert "MARK-ABSENT" in observations and "MARK-FOUND" not in observations.replace("echo MARK-FOUND", "")
         assert "RUNBOOK" not in "".join(m["content"] for m in ep.messages)  # context never recorded
         assert ep.num_turns >= 3
-
-
-def test_script_executor_sends_every_milestone_in_one_reply_and_its_replay_verifies(task):
-    rb = Runbook(task.instruction, (Milestone("Look", "ls /app/inbox"), Milestone("Sort", SORT), Milestone("Think")))
-    (group,) = replay(deterministic_executor(TOK, at_once=True), [task], [rb], m=1, backend="local",
-                      budgets=Budgets(max_turns=6, max_tokens=20000))
-    (ep,) = group
-    replies = [parse_reply(m["content"]) for m in ep.messages if m["role"] == "assistant"]
-    assert [[c.keystrokes for c in r.commands] for r in replies] == [["ls /app/inbox\n", SORT + "\n"], []]
-    assert all(r.task_complete and not r.analysis and not r.plan for r in replies)  # the bootstrapped shape
-    assert ep.strict and ep.outcome == "success", ep.reason
 
 
 def test_sft_examples_drop_runbook_context_and_keep_clean_replays(task):

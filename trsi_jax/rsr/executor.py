@@ -2,11 +2,8 @@
 
 `run_episodes` gives every replay its own fresh sandbox and shows the rendered runbook as
 context that is absent from the recorded messages and tokens. The model executor samples the policy
-(paper: temperature 0.7) as a `ModelPolicy`. Two rule-based executors read the runbook from their
-context as a `ScriptedPolicy`: "deterministic" sends one milestone command per turn, then confirms
-completion; "script" sends every milestone command in one reply, in the reply shape a policy
-bootstrapped on oracle demonstrations writes itself (empty analysis and plan, task_complete set),
-then the empty confirmation, so its verified replays train that policy in its own format.
+(paper: temperature 0.7) as a `ModelPolicy`; the deterministic executor is a `ScriptedPolicy` that reads the runbook
+from its context and sends one milestone command per turn, then confirms completion.
 """
 from __future__ import annotations
 
@@ -36,14 +33,6 @@ def follow_runbook(conversation: list[dict]) -> str:
     return format_reply([], task_complete=True, analysis="Every milestone is done.", plan="Finish.")
 
 
-def follow_runbook_at_once(conversation: list[dict]) -> str:
-    """The reply after `conversation`: every milestone command at once, then the confirmation."""
-    rb = _runbook_in(conversation)
-    if any(m["role"] == "assistant" for m in conversation):
-        return format_reply([], task_complete=True)
-    return format_reply([(m.command + "\n", 1.0) for m in rb.milestones if m.command], task_complete=True)
-
-
 def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, budgets: Budgets,
            show_progress: bool = False, concurrency: int = 8) -> list[list[Episode]]:
     """M replays per (task, runbook) pair under the common harness, each in a fresh sandbox."""
@@ -54,5 +43,5 @@ def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, bu
     return [episodes[i * m:(i + 1) * m] for i in range(len(tasks))]
 
 
-def deterministic_executor(tokenizer, at_once: bool = False) -> ScriptedPolicy:
-    return ScriptedPolicy(follow_runbook_at_once if at_once else follow_runbook, tokenizer)
+def deterministic_executor(tokenizer) -> ScriptedPolicy:
+    return ScriptedPolicy(follow_runbook, tokenizer)
