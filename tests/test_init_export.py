@@ -154,7 +154,9 @@ def test_pipeline_base_is_the_hf_model(tmp_path):
     pcfg = dataclasses.replace(pipeline_preset("ci"), families=("files",), train_per_family=1, heldout_per_family=1,
                                mesh=MeshConfig(data=1, fsdp=2, tensor=4))
     pipe = Pipeline(pcfg, cfg, str(tmp_path / "run"), ByteTokenizer(), show_progress=False, init_hf=hf)
-    assert pipe._once("base", pipe._base) == {"hf": hf, "seconds": pytest.approx(0, abs=60)}
+    summary = pipe._once("base", pipe._base)
+    assert summary.pop("config")["init_hf"] == hf  # what a re-run checks before reusing the stage
+    assert summary == {"hf": hf, "seconds": pytest.approx(0, abs=60)}
     assert not os.path.exists(tmp_path / "run" / "base" / "checkpoints")
     assert read_handoff(str(tmp_path / "run"))["base"]["policy_from"] == {"dir": hf, "hf": True}
     policy, source = load_policy(pipe.checkpoints("base"), cfg, pipe.mesh)
