@@ -25,6 +25,7 @@ from experiments import common
 from trsi_jax.pipeline import report as report_lib
 from trsi_jax.pipeline.config import PipelineConfig, pipeline_preset
 from trsi_jax.pipeline.evaluate import evaluate_policy
+from trsi_jax.pipeline.reuse import check_reuse, fingerprint
 from trsi_jax.pipeline.run import RSR_STAGES, Pipeline, quiet_library_logs
 from trsi_jax.rollout import load_episodes
 from trsi_jax.rpr.handoff import load_policy
@@ -54,9 +55,13 @@ def raw_sft_control(pipe: Pipeline) -> dict:
     """SFT of the base policy on RSR-1's raw verified episodes (every harness, no rewriting)."""
     out_dir = os.path.join(pipe.workdir, "control-raw-sft")
     done = os.path.join(out_dir, "eval.json")
+    # RSR-1's record covers the base, the collect and the SFT schedule; the base's eval record the evaluation.
+    config = fingerprint(rsr1=pipe.stage_config("rsr-1"), eval=pipe.eval_config("base"))
     if os.path.exists(done):
         with open(done) as f:
-            return json.load(f)
+            result = json.load(f)
+        check_reuse(f"the raw-SFT control {done}", result.get("config"), config, [out_dir])
+        return result
     collect_dir = os.path.join(pipe.stage_dir("rsr-1"), "collect")
     raw = [ep for h in pipe.cfg.rsr1.harnesses for ep in load_episodes(os.path.join(collect_dir, h)) if ep.strict]
     policy, _ = load_policy(pipe.checkpoints("base"), pipe.model_cfg, pipe.mesh)
@@ -69,7 +74,7 @@ def raw_sft_control(pipe: Pipeline) -> dict:
                              max_new_tokens=cfg.eval_max_new_tokens, max_len=cfg.max_len, backend=cfg.backend,
                              seed=cfg.seed, show_progress=pipe.show_progress, desc="eval[raw-sft]",
                              concurrency=cfg.concurrency)
-    result["raw_examples"] = len(raw)
+    result["raw_examples"], result["config"] = len(raw), config
     os.makedirs(out_dir, exist_ok=True)
     with open(done, "w") as f:
         json.dump(result, f, indent=2)

@@ -2,17 +2,18 @@
 
 Each stage runs in its own folder under the pipeline workdir and reads the previous stage's
 checkpoint folder; RPR-2 also inherits RPR-1's critic. A stage whose `stage.done.json` exists is
-skipped on re-run (a killed stage resumes from its own checkpoints), and so is an evaluation
-whose `eval.json` exists, provided each was run with the same config (`reuse`: a changed flag
-stops the re-run with the changed fields and what to delete). After every stage its policy is evaluated on the held-out split and
-one line per stage is printed; at the end the per-stage table (pass@k, strict success, process
-reward, per family), the RSR table (coverage per harness and union, runbooks written / rejected
-/ revised / accepted) and `report.png` (held-out strict success and process reward per stage)
-go to `report.json`, `report.md` and stdout. `handoff.json` records which checkpoint each stage
-started from.
+skipped on re-run (a killed stage resumes from its own checkpoints), and so is an evaluation whose
+`eval.json` exists, provided each was run with the same config (`reuse`: a changed flag stops the
+re-run with the changed fields and what to delete). After every stage its policy is evaluated on the
+held-out split and one line per stage is printed; at the end the per-stage table (pass@k, strict
+success, process reward, per family), the RSR table (coverage per harness and union, runbooks
+written / rejected / revised / accepted) and `report.png` (held-out strict success and process
+reward per stage) go to `report.json`, `report.md` and stdout. `handoff.json` records which
+checkpoint each stage started from.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -90,9 +91,7 @@ def _check_task_counts(folder: str, tasks: list, per_family: int, families) -> N
     from sandboxes.suite import FAMILIES
 
     want = {f: per_family for f in (families or FAMILIES)}
-    have: dict[str, int] = {}
-    for t in tasks:
-        have[t.family] = have.get(t.family, 0) + 1
+    have = dict(collections.Counter(t.family for t in tasks))
     if have != want:
         raise ValueError(f"{folder} holds {have} tasks per family, but {want} were asked: it was written by a "
                          f"run with other task flags. Use a new --workdir, or delete {folder} and the stages "
