@@ -38,7 +38,6 @@ def main(argv):
     import jax
     from flax import nnx
 
-    from trsi_jax.config import model_preset
     from trsi_jax.models import Qwen
     from trsi_jax.models.hf_io import save_hf
     from trsi_jax.pipeline.bootstrap import bootstrap
@@ -48,7 +47,7 @@ def main(argv):
 
     preset = pipeline_preset(FLAGS.preset)
     tokenizer = load_tokenizer(FLAGS.tokenizer)
-    cfg = model_preset(FLAGS.model)
+    cfg = common.model_config_from_flags()  # --model plus any --model_cfg.* override
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ValueError(f"tokenizer vocab {tokenizer.vocab_size} exceeds the model's {cfg.vocab_size}")
     work, families = FLAGS.workdir, list(preset.families) or None
@@ -62,7 +61,8 @@ def main(argv):
         save_hf(model, FLAGS.out)
         shutil.copy(os.path.join(FLAGS.tokenizer, "tokenizer.json"), os.path.join(FLAGS.out, "tokenizer.json"))
         with open(os.path.join(FLAGS.out, "make_base.json"), "w") as f:
-            json.dump({"seed": FLAGS.seed, "preset": FLAGS.preset, "families": families,
+            json.dump({"seed": FLAGS.seed, "preset": FLAGS.preset, "model": dataclasses.asdict(cfg),
+                       "families": families,
                        "train_per_family": FLAGS.train_per_family, "sft": dataclasses.asdict(sft),
                        "bootstrap": summary}, f, indent=1)
     if FLAGS.eval_per_family:
