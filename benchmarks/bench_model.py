@@ -13,6 +13,7 @@ FLOPs at the measured rate. Run it alone: the load average is printed beside the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 import time
@@ -26,6 +27,7 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
 from trsi_jax.config import OptimConfig
 from trsi_jax.models import load_hf
+from trsi_jax.models.hf_io import config_from_hf
 from trsi_jax.train import sft
 from trsi_jax.train.optim import make_optimizer
 
@@ -58,7 +60,10 @@ def main():
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--attn_block", type=int, default=None, help="override ModelConfig.attn_block (ours)")
+    p.add_argument("--gdn_chunk", type=int, default=32,
+                   help="ModelConfig.gdn_chunk_size (ours): 32 as in the CPU preset `tiny` (64 is slower on CPU)")
     args = p.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -72,7 +77,9 @@ def main():
     ref = Qwen3_5ForCausalLM(hf_cfg).eval()
     with tempfile.TemporaryDirectory() as tmp:
         ref.save_pretrained(tmp)
-        model = load_hf(tmp)
+        cfg = config_from_hf(tmp)
+        model = load_hf(tmp, dataclasses.replace(cfg, attn_block=args.attn_block or cfg.attn_block,
+                                                 gdn_chunk_size=args.gdn_chunk))
 
     tokens = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq))
     tokens_jax, tokens_pt = jnp.asarray(tokens), torch.tensor(tokens)
@@ -109,8 +116,9 @@ def main():
     n = args.batch * args.seq
     bound_s = 6 * n_params * n / rate
 
-    print(f"config: layers={args.layers} hidden={args.hidden} seq={args.seq} batch={args.batch} "
-          f"vocab={args.vocab} params={n_params:,} (fp32, CPU, torch threads={torch.get_num_threads()})")
+    print(f"config: layers={args.layers} hidden={args.hidden} seq={args.seq} batch={args.batch} vocab={args.vocab} "
+          f"attn_block={model.cfg.attn_block} gdn_chunk={model.cfg.gdn_chunk_size} params={n_params:,} "
+          f"(fp32, CPU, torch threads={torch.get_num_threads()})")
     print(f"max |logits diff| = {diff:.2e}; jax compile {compile_s:.1f}s; load average {_load()}")
     print(f"forward trsi_jax (jit):        {n / t_ours:10.0f} tokens/s  ({t_ours * 1e3:.1f} ms)")
     print(f"forward transformers (torch):  {n / t_ref:10.0f} tokens/s  ({t_ref * 1e3:.1f} ms)")

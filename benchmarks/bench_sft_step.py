@@ -51,6 +51,8 @@ def main():
     p.add_argument("--steps", type=int, default=8, help="timed steps (after one compile per shape)")
     p.add_argument("--remat", default=None, help="override ModelConfig.remat")
     p.add_argument("--hidden", type=int, default=None, help="override the tiny preset's hidden size")
+    p.add_argument("--attn_block", type=int, default=None, help="override ModelConfig.attn_block")
+    p.add_argument("--gdn_chunk", type=int, default=None, help="override ModelConfig.gdn_chunk_size")
     args = p.parse_args()
     if args.demo_lengths:
         args.max_len, args.pad_multiple = sft.max_len, sft.pad_multiple
@@ -58,6 +60,10 @@ def main():
     cfg = model_preset("tiny")
     if args.remat:
         cfg = dataclasses.replace(cfg, remat=args.remat)
+    if args.attn_block:
+        cfg = dataclasses.replace(cfg, attn_block=args.attn_block)
+    if args.gdn_chunk:
+        cfg = dataclasses.replace(cfg, gdn_chunk_size=args.gdn_chunk)
     if args.hidden:
         cfg = dataclasses.replace(cfg, hidden_size=args.hidden, intermediate_size=2 * args.hidden)
     sft = dataclasses.replace(sft, batch_size=args.batch, pad_multiple=args.pad_multiple, max_len=args.max_len,
@@ -89,7 +95,8 @@ def main():
     padded = sum(b["tokens_BT"].size for b in batches)
     real = sum(int(b["mask_BT"].sum()) for b in batches)
     per_step = elapsed / len(batches)
-    print(f"model: tiny hidden={cfg.hidden_size} layers={cfg.num_layers} remat={cfg.remat}; batch {sft.batch_size}, "
+    print(f"model: tiny hidden={cfg.hidden_size} layers={cfg.num_layers} remat={cfg.remat} "
+          f"attn_block={cfg.attn_block} gdn_chunk={cfg.gdn_chunk_size}; batch {sft.batch_size}, "
           f"pad_multiple {sft.pad_multiple}, shapes {sorted(s[1] for s in shapes)} "
           f"(first call incl. compile: {', '.join(f'{v:.1f}s' for v in shapes.values())})")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -69,7 +69,7 @@ def define_hf_flags() -> None:
 def model_config_from_flags(source: str | None = None) -> config_lib.ModelConfig:
     """The architecture of `source` or --init_hf (an HF folder's config.json), else of
     --init_checkpoint's metadata when --model is not given, else --model's preset; numerics
-    (dtype, param_dtype, remat, scan_layers, gdn_chunk_size) from --model when given; then every
+    (dtype, param_dtype, remat, scan_layers, attn_block, gdn_chunk_size) from --model when given; then every
     --model_cfg.* flag."""
     source = source or _flag("init_hf") or (None if FLAGS["model"].present else _flag("init_checkpoint"))
     if not source:
@@ -82,7 +82,7 @@ def model_config_from_flags(source: str | None = None) -> config_lib.ModelConfig
     if FLAGS["model"].present:
         preset = config_lib.model_preset(FLAGS.model)
         base = dataclasses.replace(base, **{k: getattr(preset, k) for k in (
-            "dtype", "param_dtype", "remat", "scan_layers", "gdn_chunk_size")})
+            "dtype", "param_dtype", "remat", "scan_layers", "attn_block", "gdn_chunk_size")})
     return config_from_flags("model_cfg", base)
 
 

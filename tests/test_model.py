@@ -11,6 +11,7 @@ from flax import nnx
 
 from trsi_jax.config import model_preset
 from trsi_jax.models import Critic, Qwen, init_cache
+from trsi_jax.models import attention
 from trsi_jax.models.attention import attend
 
 # Small GDN chunks so short test sequences cross chunk boundaries.
@@ -136,10 +137,12 @@ def test_full_size_presets_build_abstractly(preset, count):
     assert sum(int(np.prod(p.shape)) for p in params) == count
 
 
-@pytest.mark.parametrize("self_keys", [False, True])
-def test_blocked_attention_matches_reference(self_keys):
+@pytest.mark.parametrize("self_keys,max_blocks", [(False, 32), (True, 32), (True, 2)])
+def test_blocked_attention_matches_reference(self_keys, max_blocks, monkeypatch):
     """Query blocking (any T, incl. a ragged last block; with self_keys each block reads only the
-    keys up to its end) == a direct masked softmax in NumPy."""
+    keys up to its end, and past MAX_SELF_BLOCKS blocks the blocks grow) == a direct masked
+    softmax in NumPy."""
+    monkeypatch.setattr(attention, "MAX_SELF_BLOCKS", max_blocks)
     ks = jax.random.split(jax.random.key(0), 3)
     b, t, h, kv, d = 2, 11, 4, 2, 8
     q = jax.random.normal(ks[0], (b, t, h, d))

@@ -26,6 +26,7 @@ class ModelConfig:
     rope_theta: float = 1e7
     partial_rotary_factor: float = 0.25
     attn_output_gate: bool = True  # q_proj packs [q, gate] per head; output * sigmoid(gate)
+    attn_block: int = 128  # queries per attention block: bounds the logits to [B, H, block, S]
     full_attention_interval: int = 4  # every 4th layer is full attention; 1 = all full (qwen3)
     # Gated DeltaNet (linear attention) layers.
     linear_num_key_heads: int = 16
@@ -134,7 +135,8 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         vocab_size=1024, hidden_size=64, num_layers=4, intermediate_size=128,
         num_heads=4, num_kv_heads=2, head_dim=16,
         linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=16, linear_value_head_dim=16),
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        gdn_chunk_size=32),  # on CPU 12% faster than 64 (bench_sft_step, bench_model)
     # Dense Qwen3 (same code path, full attention everywhere, no output gate).
     "qwen3_0_6b": ModelConfig(
         arch="qwen3", vocab_size=151936, hidden_size=1024, num_layers=28, intermediate_size=3072,

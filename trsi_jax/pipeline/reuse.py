@@ -14,7 +14,8 @@ from typing import Any, Sequence
 from absl import logging
 
 # How fast or how often, not what: changing these never invalidates a finished stage.
-IGNORED = frozenset({"concurrency", "log_every", "checkpoint_every", "remat", "scan_layers", "mesh"})
+IGNORED = frozenset({"concurrency", "log_every", "checkpoint_every", "remat", "scan_layers", "attn_block",
+                     "gdn_chunk_size", "mesh"})
 
 
 def fingerprint(**parts: Any) -> dict:

@@ -143,7 +143,7 @@ def save_model(ckpt_dir: str, model: nnx.Module, step: int = 0, metadata: Mappin
 
 
 # Numerics, compilation and context choices a checkpoint does not pin.
-RUNTIME_FIELDS = ("dtype", "param_dtype", "remat", "scan_layers", "gdn_chunk_size", "gdn_impl",
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat", "scan_layers", "attn_block", "gdn_chunk_size", "gdn_impl",
                   "max_position_embeddings")
 
 
