@@ -56,8 +56,11 @@ def test_plan_memory_matches_the_compiled_step_and_real_shards(devices8):
     assert total / 8 <= dev0 < total / 2  # split 4 ways (fsdp x tensor), norms replicated
     assert kinds["batch"] == 3 * (rows // 4) * seq_len * 4  # 3 int32/fp32 arrays, rows over data*fsdp
     assert plan.temp_bytes > 0 and plan.peak_bytes > plan.argument_bytes
-    # FLOPs: full remat recomputes the forward once: executed = 4/3 of the model FLOPs.
-    assert plan.step_flops == pytest.approx(4 / 3 * plan.model_flops, rel=0.05)
+    # FLOPs: without remat the step executes the model FLOPs (3 x forward); full remat adds at most
+    # one forward (the backward recomputes only what it needs: 0.69 of it at gdn_chunk_size 32).
+    plain = plan_lib.plan("sft", override(cfg, {"remat": "none"}), OptimConfig(), mesh, rows, seq_len)
+    assert plain.step_flops == pytest.approx(plain.model_flops, rel=0.01)
+    assert plain.step_flops + 0.5 * plan.model_flops / 3 < plan.step_flops <= plain.step_flops + plan.model_flops / 3
     assert plan.model_flops >= plan.analytic_flops  # attention and the vocab head come on top
     assert plan.xla_flops * plan.devices >= 0.9 * plan.flops_loops_once
     fits = plan_lib.format_plan(plan, "v5p", plan_lib.CHIPS["v5p"], "tiny", rows * seq_len)
