@@ -1,4 +1,4 @@
-"""Forward throughput vs `transformers` (torch, CPU, same weights) and train-step vs the matmul bound.
+"""Forward throughput vs `transformers` (torch, same weights, same device) and train-step vs the matmul bound.
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/bench_model.py            # 4 layers, hidden 256, T=512, B=4
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/bench_model.py --seq 2048
@@ -9,6 +9,7 @@ then times both forwards side by side (interleaved, best of --repeats). In the s
 measures this CPU's dense fp32 matmul rate (a large jnp matmul) and times our SFT train step
 (forward + backward + AdamW), and compares the step with the matmul bound: 6 * params * tokens
 FLOPs at the measured rate. Run it alone: the load average is printed beside the figures.
+On a GPU (JAX's default backend `gpu` and torch built with CUDA) both models run there, in fp32.
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
-    """Dense fp32 matmul rate of this machine through XLA (the bound for a train step)."""
+def matmul_flops_per_s(n: int, repeats: int = 5) -> float:
+    """Dense fp32 matmul rate of the default device through XLA (the bound for a train step)."""
     a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
     mm = jax.jit(lambda x, y: x @ y)
     mm(a, a).block_until_ready()
@@ -64,8 +65,12 @@ def main():
     p.add_argument("--attn_block", type=int, default=None, help="override ModelConfig.attn_block (ours)")
     p.add_argument("--gdn_chunk", type=int, default=32,
                    help="ModelConfig.gdn_chunk_size (ours): 32 as in the CPU preset `tiny` (64 is slower on CPU)")
+    p.add_argument("--gdn_impl", default="jax", help="ModelConfig.gdn_impl (ours): jax | pallas")
     args = p.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
+    gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
+    device = torch.device("cuda" if gpu else "cpu")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
 
     torch.manual_seed(0)
     heads = max(args.hidden // 64, 2)
@@ -74,27 +79,30 @@ def main():
         intermediate_size=2 * args.hidden, num_attention_heads=heads, num_key_value_heads=heads // 2,
         head_dim=64, linear_num_key_heads=heads // 2, linear_num_value_heads=heads,
         linear_key_head_dim=64, linear_value_head_dim=64, attn_implementation="sdpa")
-    ref = Qwen3_5ForCausalLM(hf_cfg).eval()
+    ref = Qwen3_5ForCausalLM(hf_cfg).eval()  # saved from CPU, then moved
     with tempfile.TemporaryDirectory() as tmp:
         ref.save_pretrained(tmp)
         cfg = config_from_hf(tmp)
         model = load_hf(tmp, dataclasses.replace(cfg, attn_block=args.attn_block or cfg.attn_block,
-                                                 gdn_chunk_size=args.gdn_chunk))
+                                                 gdn_chunk_size=args.gdn_chunk, gdn_impl=args.gdn_impl))
+    ref = ref.to(device)
 
     tokens = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq))
-    tokens_jax, tokens_pt = jnp.asarray(tokens), torch.tensor(tokens)
+    tokens_jax, tokens_pt = jnp.asarray(tokens), torch.tensor(tokens, device=device)
     graphdef, state = nnx.split(model)
     forward = jax.jit(lambda st, x: nnx.merge(graphdef, st)(x))
     t0 = time.perf_counter()
     ours = np.asarray(forward(state, tokens_jax))
     compile_s = time.perf_counter() - t0
     with torch.no_grad():
-        theirs = ref(input_ids=tokens_pt).logits.numpy()
+        theirs = ref(input_ids=tokens_pt).logits.cpu().numpy()
     diff = float(np.abs(ours - theirs).max())
+    print(f"compiled ours in {compile_s:.1f}s, max |logits diff| {diff:.2e}; timing the forwards", flush=True)
 
     def run_ref():
         with torch.no_grad():
             ref(input_ids=tokens_pt)
+        sync()
 
     # Interleave the two so load changes hit both alike; keep the best of each.
     t_ours, t_ref = float("inf"), float("inf")
@@ -102,6 +110,7 @@ def main():
         t_ours = min(t_ours, _best_of(lambda: forward(state, tokens_jax).block_until_ready(), 1))
         t_ref = min(t_ref, _best_of(run_ref, 1))
 
+    print("timing the train step", flush=True)
     # Train step: SFT loss on every token, AdamW; not donated so it can be re-run on the same state.
     tx = make_optimizer(OptimConfig(lr=1e-4))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -111,18 +120,20 @@ def main():
     opt_state = tx.init(params)
     jax.block_until_ready(step(params, rest, opt_state, batch))
     t_step = _best_of(lambda: jax.block_until_ready(step(params, rest, opt_state, batch)), args.repeats)
-    rate = matmul_flops_per_s()
+    mm_n = 8192 if gpu else 2048
+    rate = matmul_flops_per_s(mm_n)
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     n = args.batch * args.seq
     bound_s = 6 * n_params * n / rate
 
     print(f"config: layers={args.layers} hidden={args.hidden} seq={args.seq} batch={args.batch} vocab={args.vocab} "
-          f"attn_block={model.cfg.attn_block} gdn_chunk={model.cfg.gdn_chunk_size} params={n_params:,} "
-          f"(fp32, CPU, torch threads={torch.get_num_threads()})")
+          f"attn_block={model.cfg.attn_block} gdn_chunk={model.cfg.gdn_chunk_size} gdn_impl={args.gdn_impl} "
+          f"params={n_params:,} (fp32, {jax.devices()[0].device_kind}, torch on {device}, "
+          f"threads={torch.get_num_threads()})")
     print(f"max |logits diff| = {diff:.2e}; jax compile {compile_s:.1f}s; load average {_load()}")
     print(f"forward trsi_jax (jit):        {n / t_ours:10.0f} tokens/s  ({t_ours * 1e3:.1f} ms)")
     print(f"forward transformers (torch):  {n / t_ref:10.0f} tokens/s  ({t_ref * 1e3:.1f} ms)")
-    print(f"dense fp32 matmul rate: {rate / 1e9:.1f} GFLOP/s (2048^3 jnp matmul)")
+    print(f"dense fp32 matmul rate: {rate / 1e9:.1f} GFLOP/s ({mm_n}^3 jnp matmul)")
     print(f"train step (SFT, AdamW):       {n / t_step:10.0f} tokens/s  ({t_step * 1e3:.1f} ms); "
           f"matmul bound {n / bound_s:,.0f} tokens/s (6 * params * tokens FLOPs)")
     print(f"load average {_load()}")

@@ -3,7 +3,7 @@
     python -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base
 
 Bootstrap = the `--preset`'s bootstrap SFT (steps, batch, learning rate; data order `--seed`) of a
-randomly initialised `tiny` model (init seed `--seed`) on verified oracle demonstrations of TRAIN
+randomly initialised `tiny` model (init seed `--seed`; `--bootstrap.*` overrides the SFT config) on verified oracle demonstrations of TRAIN
 tasks of the preset's families only (suite seeds 0..train_per_family-1, more than the stages use;
 held-out seeds are only built for the optional evaluation), tokenized with the shipped BPE. The result is a Hugging Face folder (config.json,
 model.safetensors, tokenizer.json without a chat template, so the built-in Qwen rendering is
@@ -20,6 +20,7 @@ import shutil
 from absl import app, flags
 
 from experiments import common
+from trsi_jax.config import SFTConfig
 
 FLAGS = flags.FLAGS
 SHIPPED_TOKENIZER = os.path.join("trsi_jax", "assets", "tiny_tokenizer")
@@ -30,6 +31,7 @@ flags.DEFINE_string("preset", "demo", "pipeline preset whose families and bootst
 flags.DEFINE_integer("train_per_family", 100, "train tasks per family to bootstrap on (train seeds 0..N-1)")
 flags.DEFINE_integer("eval_per_family", 0, "held-out tasks per family to evaluate the result on (0: none)")
 common.define_runtime_flags()
+common.define_config_flags("bootstrap", SFTConfig)
 
 
 def main(argv):
@@ -52,7 +54,7 @@ def main(argv):
         raise ValueError(f"tokenizer vocab {tokenizer.vocab_size} exceeds the model's {cfg.vocab_size}")
     work, families = FLAGS.workdir, list(preset.families) or None
     tasks = built_in_tasks(os.path.join(work, "tasks", "train"), "train", FLAGS.train_per_family, families)
-    sft = dataclasses.replace(preset.bootstrap, seed=FLAGS.seed)
+    sft = common.config_from_flags("bootstrap", dataclasses.replace(preset.bootstrap, seed=FLAGS.seed))
     model = nnx.jit(lambda: Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed)))()
     summary = bootstrap(model, tasks, tokenizer, sft, os.path.join(work, "base"), backend=preset.backend)
     print(json.dumps({"bootstrap": summary}))

@@ -4,7 +4,8 @@ The chunked WY form (`gated_deltanet.chunk_gated_delta_rule`) has a parallel par
 decays, the unit-lower-triangular inverse, u and w) and a sequential part: a scan over chunks
 carrying the [Dk, Dv] state. As a `lax.scan` each step reads and writes the state through
 device memory; this kernel keeps the state on chip for the whole sequence, one program per
-(batch, value head), like the `chunk_fwd_h`/`chunk_fwd_o` kernels of flash-linear-attention and
+(batch, value head, block of value columns: the state's columns evolve independently, so
+splitting Dv bounds on-chip memory), like the `chunk_fwd_h`/`chunk_fwd_o` kernels of flash-linear-attention and
 the Gated DeltaNet kernels of maxtext / tpu-inference. Same inputs and outputs as the scan, so
 the scan is its reference (tests run it in Pallas interpret mode on CPU).
 """
@@ -32,13 +33,17 @@ def _kernel(u_ref, w_ref, intra_ref, qd_ref, ke_ref, cd_ref, s0_ref, o_ref, s_re
     s_ref[...] = jax.lax.fori_loop(0, n, body, s0_ref[...].astype(jnp.float32))
 
 
-@functools.partial(jax.jit, static_argnames="interpret")
+@functools.partial(jax.jit, static_argnames=("interpret", "block_v"))
 def chunk_scan_pallas(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD,
-                      chunk_decay_NBH, interpret: bool = False):
-    """(final state_BHDV, o_NBHCV): the scan of `chunk_gated_delta_rule`, fused per (batch, head).
+                      chunk_decay_NBH, interpret: bool = False, block_v: int = 32):
+    """(final state_BHDV, o_NBHCV): the scan of `chunk_gated_delta_rule`, fused per (batch, head,
+    `block_v` value columns); at Dk = Dv = 128, C = 64 whole-Dv programs overflow a GPU's shared memory.
 
     Each program holds its whole [N, C, D] sequence blocks; very long sequences on TPU would need
-    a chunk-axis grid with the state in scratch memory instead.
+    a chunk-axis grid with the state in scratch memory instead. Measured on an H200 (jax 0.11.2,
+    Triton lowering): correct at the tests' sizes, but at Dk = Dv = 128, C = 64 Triton still asks
+    for 256 KB of shared memory with block_v = 32 (352 KB whole-Dv; the limit is 227 KB), so the
+    27B shapes need the Dk split or fewer pipeline stages next; `gdn_impl="jax"` is the default.
     """
     n, b, h, c, dv = u_NBHCV.shape
     dk = w_NBHCD.shape[-1]
@@ -50,12 +55,18 @@ def chunk_scan_pallas(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD
     args.append(rows(chunk_decay_NBH)[..., None])
     args.append(state_BHDV.reshape(b * h, dk, dv))
 
-    def spec(x):
-        return pl.BlockSpec((None, *x.shape[1:]), lambda i, nd=x.ndim: (i,) + (0,) * (nd - 1))
+    bv = min(block_v, dv)
+    if dv % bv:
+        raise ValueError(f"value head dim {dv} is not a multiple of block_v={bv}")
 
+    def spec(x, split_v: bool):  # whole [N, C, D] blocks per row; value-column blocks where split_v
+        shape = (None, *x.shape[1:-1], bv if split_v else x.shape[-1])
+        return pl.BlockSpec(shape, lambda i, j, nd=x.ndim: (i,) + (0,) * (nd - 2) + (j if split_v else 0,))
+
+    split = (True, False, False, False, False, False, True)  # u, w, intra, qd, ke, decay, state
     o, s = pl.pallas_call(
-        _kernel, grid=(b * h,), in_specs=[spec(x) for x in args],
-        out_specs=[spec(args[0]), spec(args[-1])],
+        _kernel, grid=(b * h, dv // bv), in_specs=[spec(x, v) for x, v in zip(args, split)],
+        out_specs=[spec(args[0], True), spec(args[-1], True)],
         out_shape=[jax.ShapeDtypeStruct((b * h, n, c, dv), jnp.float32),
                    jax.ShapeDtypeStruct((b * h, dk, dv), jnp.float32)],
         interpret=interpret)(*args)
