@@ -41,7 +41,7 @@ def chunk_scan_pallas(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD
 
     Each program holds its whole [N, C, D] sequence blocks; very long sequences on TPU would need
     a chunk-axis grid with the state in scratch memory instead. Measured on an H200 (jax 0.11.2,
-    Triton lowering): correct at the tests' sizes, but at Dk = Dv = 128, C = 64 Triton still asks
+    Triton lowering): its tests passed there (before the value-column split), but at Dk = Dv = 128, C = 64 Triton still asks
     for 256 KB of shared memory with block_v = 32 (352 KB whole-Dv; the limit is 227 KB), so the
     27B shapes need the Dk split or fewer pipeline stages next; `gdn_impl="jax"` is the default.
     """
