@@ -91,7 +91,8 @@ def test_causal_conv_streaming_matches_whole_sequence():
 @pytest.mark.slow
 def test_pallas_chunk_scan_matches_jax_scan():
     """The Pallas scan kernel (interpret mode on CPU) == the lax.scan reference, values and grads;
-    T=37 in chunks of 16 (a padded last chunk), one row, two heads to keep interpret mode fast; Dv=64 runs two value-column blocks."""
+    T=37 in chunks of 16 (a padded last chunk), one row, two heads to keep interpret mode fast;
+    Dv=64 runs two value-column blocks."""
     t, chunk = 37, 16
     q, k, v, g, beta, s0 = _inputs(t, b=1, hk=1, hv=2, dk=16, dv=64)
     fwd = jax.jit(gated_deltanet.chunk_gated_delta_rule, static_argnames=("chunk", "impl"))

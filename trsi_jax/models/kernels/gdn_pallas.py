@@ -37,13 +37,13 @@ def _kernel(u_ref, w_ref, intra_ref, qd_ref, ke_ref, cd_ref, s0_ref, o_ref, s_re
 def chunk_scan_pallas(state_BHDV, u_NBHCV, w_NBHCD, intra_NBHCC, q_decayed_NBHCD, k_to_end_NBHCD,
                       chunk_decay_NBH, interpret: bool = False, block_v: int = 32):
     """(final state_BHDV, o_NBHCV): the scan of `chunk_gated_delta_rule`, fused per (batch, head,
-    `block_v` value columns); at Dk = Dv = 128, C = 64 whole-Dv programs overflow a GPU's shared memory.
+    `block_v` value columns).
 
     Each program holds its whole [N, C, D] sequence blocks; very long sequences on TPU would need
     a chunk-axis grid with the state in scratch memory instead. Measured on an H200 (jax 0.11.2,
-    Triton lowering): its tests passed there (before the value-column split), but at Dk = Dv = 128, C = 64 Triton still asks
-    for 256 KB of shared memory with block_v = 32 (352 KB whole-Dv; the limit is 227 KB), so the
-    27B shapes need the Dk split or fewer pipeline stages next; `gdn_impl="jax"` is the default.
+    Triton lowering): the tests passed there (before the value-column split), but at Dk = Dv = 128,
+    C = 64 Triton asks for 256 KB of shared memory with block_v = 32 (352 KB whole-Dv; 227 KB
+    available), so 27B's shapes need a Dk split or fewer pipeline stages; the default is "jax".
     """
     n, b, h, c, dv = u_NBHCV.shape
     dk = w_NBHCD.shape[-1]
