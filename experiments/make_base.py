@@ -2,9 +2,9 @@
 
     python -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base
 
-Bootstrap = the `--preset`'s bootstrap SFT (steps, batch, learning rate; data order `--seed`) of a
-randomly initialised `tiny` model (init seed `--seed`; `--bootstrap.*` overrides the SFT config) on verified oracle demonstrations of TRAIN
-tasks of the preset's families only (suite seeds 0..train_per_family-1, more than the stages use;
+Bootstrap = the `--preset`'s bootstrap SFT (steps, batch, learning rate; data order `--seed`;
+`--bootstrap.*` overrides any of it) of a randomly initialised `tiny` model (init seed `--seed`)
+on verified oracle demonstrations of TRAIN tasks of the preset's families only (suite seeds 0..train_per_family-1, more than the stages use;
 held-out seeds are only built for the optional evaluation), tokenized with the shipped BPE. The result is a Hugging Face folder (config.json,
 model.safetensors, tokenizer.json without a chat template, so the built-in Qwen rendering is
 used) that `experiments.pipeline --init_hf=...` starts from, so `make demo` skips the bootstrap.
