@@ -3,16 +3,20 @@
     python -m benchmarks.bench_gdn                       # 27B's GDN heads (16 key, 48 value, 128 dims)
     python -m benchmarks.bench_gdn --seq 8192 --batch 1
     JAX_PLATFORMS=cpu python -m benchmarks.bench_gdn --heads 2 --kheads 1 --dim 16 --seq 256  # interpret mode
+    python -m benchmarks.bench_gdn --sweep 16,32,64 --stages 1,2   # the kernel alone per block_v x num_stages
 
 Times `chunk_gated_delta_rule` forward (and forward + backward; the kernel's backward is the
 reference scan's) for `impl="jax"` and `impl="pallas"` on the default backend, checks that the two
-agree, and ends with `pallas / jax forward speed: N.NNx`. On CPU the kernel runs in Pallas
+agree, and ends with `pallas / jax forward speed: N.NNx`. `--sweep` first times the scan alone
+(kernel vs `lax.scan`, same inputs) for each value-column block and Triton pipeline depth, printing
+the compile error of any that fails (shared memory), to choose the kernel's defaults. On CPU the kernel runs in Pallas
 interpret mode, which checks it but says nothing of its speed: measure on a GPU or TPU.
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import timeit
 
@@ -28,6 +32,38 @@ def _best_of(fn, repeats: int) -> float:
     return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
+def sweep(args):
+    """The scan alone: `chunk_scan` (jitted) vs `chunk_scan_pallas` per (block_v, num_stages)."""
+    from trsi_jax.models.kernels.gdn_pallas import chunk_scan_pallas
+
+    b, h, d, c = args.batch, args.heads, args.dim, args.chunk
+    n = args.seq // c
+    keys = jax.random.split(jax.random.key(1), 6)
+    small = lambda key, shape: 0.1 * jax.random.normal(key, shape)
+    xs = (jnp.zeros((b, h, d, d)), small(keys[0], (n, b, h, c, d)), small(keys[1], (n, b, h, c, d)),
+          jnp.tril(small(keys[2], (n, b, h, c, c))), small(keys[3], (n, b, h, c, d)),
+          small(keys[4], (n, b, h, c, d)), jax.random.uniform(keys[5], (n, b, h), minval=0.5, maxval=1.0))
+    ref = jax.jit(gated_deltanet.chunk_scan)
+    want = jax.block_until_ready(ref(*xs))
+    t_ref = _best_of(lambda: jax.block_until_ready(ref(*xs)), args.repeats)
+    print(f"scan alone, lax.scan: {t_ref * 1e3:8.2f} ms")
+    interpret = jax.default_backend() == "cpu"
+    for bv in (int(x) for x in args.sweep.split(",")):
+        for stages, warps in itertools.product(*(map(int, a.split(",")) for a in (args.stages, args.warps))):
+            f = functools.partial(chunk_scan_pallas, interpret=interpret, block_v=bv, num_stages=stages,
+                                  num_warps=warps)
+            name = f"scan alone, pallas block_v={bv:3d} num_stages={stages} num_warps={warps}"
+            try:
+                got = jax.block_until_ready(f(*xs))
+            except Exception as e:  # a config the compiler rejects (e.g. shared memory) is a result here
+                print(f"{name}: failed: "
+                      f"{str(e).strip().splitlines()[0][:160]}")
+                continue
+            t = _best_of(lambda: jax.block_until_ready(f(*xs)), args.repeats)
+            rel = max(float(jnp.abs(x - y).max() / jnp.abs(x).max()) for x, y in zip(want, got))
+            print(f"{name}: {t * 1e3:8.2f} ms ({t_ref / t:.2f}x lax.scan), max relative diff {rel:.1e}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=4)
@@ -37,8 +73,13 @@ def main():
     p.add_argument("--dim", type=int, default=128, help="key and value head dim")
     p.add_argument("--chunk", type=int, default=64)
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--sweep", default="", help="value-column blocks to time the kernel alone at, e.g. 16,32")
+    p.add_argument("--stages", default="1,2", help="Triton pipeline depths for --sweep")
+    p.add_argument("--warps", default="4", help="Triton warps per program for --sweep")
     args = p.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
+    if args.sweep:
+        sweep(args)
 
     keys = jax.random.split(jax.random.key(0), 5)
     b, t, hk, hv, d = args.batch, args.seq, args.kheads, args.heads, args.dim
