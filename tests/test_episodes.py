@@ -94,6 +94,17 @@ def test_scripted_episodes_solve_feed_back_errors_and_hit_limits(task):
     assert "still working" in looping.messages[3]["content"]
 
 
+def test_overlapped_verification_records_the_same_episodes(task):
+    """Verifying in the background (the default) changes no record: same rounds, same slots, same order."""
+    modes = ["mode: loop", "mode: solve", "mode: malformed", "mode: solve", "mode: loop"]
+    runs = [run_episodes(ScriptedPolicy(scripted(task), TOK), [task] * 5, CommonHarness(),
+                         budgets=Budgets(max_turns=4, max_tokens=20000, wall_sec=120), context=modes,
+                         concurrency=2, show_progress=False, overlap_verify=overlap) for overlap in (False, True)]
+    strip = lambda ep: dataclasses.replace(ep, wall_sec=0.0)
+    assert [strip(e) for e in runs[0]] == [strip(e) for e in runs[1]]
+    assert [e.outcome for e in runs[1]] == ["turn_limit", "success", "success", "success", "turn_limit"]
+
+
 def test_sandbox_crash_and_context_overflow_are_recorded(task, tmp_path):
     broken_dir = tmp_path / "broken"
     shutil.copytree(task.path, broken_dir)

@@ -88,6 +88,22 @@ def test_causal_conv_streaming_matches_whole_sequence():
     np.testing.assert_allclose(y_full, ref / (1 + np.exp(-ref)), atol=1e-5)
 
 
+def test_causal_conv_continues_past_left_pads():
+    """A left-padded continuation (pads between the cached prefix and the new inputs) gives each row
+    what its unpadded continuation gives, and the same new prefix."""
+    x = jax.random.normal(jax.random.key(1), (2, 4, 5))
+    w = jax.random.normal(jax.random.key(2), (4, 5))
+    _, prefix = causal_conv1d(x, w)
+    pads = [3, 0]  # row 0: 3 pads, then 5 new inputs; row 1: 8 new inputs
+    x_new = jax.random.normal(jax.random.key(3), (2, 8, 5)).at[0, :3].set(0.0)
+    y, tail = jax.jit(gated_deltanet.causal_conv1d)(x_new, w, prefix, jnp.array(pads))
+    for b, p in enumerate(pads):
+        y_ref, tail_ref = causal_conv1d(x_new[b:b + 1, p:], w, prefix[b:b + 1])
+        np.testing.assert_allclose(y[b, p:], y_ref[0], atol=1e-6)
+        np.testing.assert_array_equal(tail[b], tail_ref[0])
+
+
+
 @pytest.mark.slow
 def test_pallas_chunk_scan_matches_jax_scan():
     """The Pallas scan kernel (interpret mode on CPU) == the lax.scan reference, values and grads;

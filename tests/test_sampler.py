@@ -52,6 +52,29 @@ def test_batch_equals_one_at_a_time(model):
         np.testing.assert_allclose(logps, single_logps, atol=2e-5)
 
 
+def test_cached_turns_equal_a_full_reprefill(model):
+    """Three turns of three conversations: continuing each row from its kept cache (only the new
+    tokens prefilled; one row starts fresh each turn; rows stop at different steps, so finished
+    rows keep decoding) samples exactly what re-prefilling the whole conversation samples, with
+    log-probs equal up to float rounding."""
+    sampler = Sampler(model, max_len=128)
+    cfg = dataclasses.replace(GREEDY, max_new_tokens=6)
+    rng = np.random.default_rng(0)
+    convs, kept = [list(p) for p in PROMPTS], None
+    for turn in range(3):
+        full = sampler.generate(convs, cfg, jax.random.key(turn), max_new_tokens=[6, 3, 5])
+        if kept is not None:
+            assert all(x.tokens == tuple(c[:len(x.tokens)]) and len(x.tokens) < len(c) for x, c in zip(kept, convs))
+            kept[turn] = None  # this row is prefilled whole, next to cached ones
+        cached, kept = sampler.generate_cached(convs, cfg, jax.random.key(turn), [6, 3, 5], kept, keep=True)
+        for (toks, logps), (c_toks, c_logps) in zip(full, cached):
+            assert c_toks == toks
+            np.testing.assert_allclose(c_logps, logps, atol=2e-5)
+        for c, x, (toks, _) in zip(convs, kept, full):
+            assert x.tokens == tuple(c + toks) and x.k.shape[1] == len(x.tokens)
+        convs = [c + toks + rng.integers(1, 500, size=4 + 5 * b).tolist() for b, (c, (toks, _)) in enumerate(zip(convs, full))]
+
+
 def test_rows_stop_independently_on_stop_ids_and_limits(model):
     sampler = Sampler(model, max_len=64)
     free = sampler.generate(PROMPTS, GREEDY, jax.random.key(0))

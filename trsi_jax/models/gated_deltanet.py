@@ -154,15 +154,22 @@ def chunk_gated_delta_rule(q_BTKD, k_BTKD, v_BTHV, g_BTH, beta_BTH, state_BHDV=N
     return o_BTHV, state
 
 
-def causal_conv1d(x_BTC, w_KC, prefix_BKC=None):
+def causal_conv1d(x_BTC, w_KC, prefix_BKC=None, left_pads_B=None):
     """Depthwise causal conv + SiLU. `prefix_BKC` holds the K-1 inputs before x (zeros if None).
+    `left_pads_B`: x's rows start with that many (zero) pads, e.g. a left-padded continuation of a
+    cached sequence: each row's prefix moves to just before its first real input, so no window
+    mixes pads in between.
 
-    Returns (y_BTC, new prefix = last K-1 inputs of [prefix, x]).
+    Returns (y_BTC, new prefix = last K-1 inputs of [prefix, x] after that move).
     """
     kk = w_KC.shape[0]
     if prefix_BKC is None:
         prefix_BKC = jnp.zeros((x_BTC.shape[0], kk - 1, x_BTC.shape[2]), x_BTC.dtype)
     xx = jnp.concatenate([prefix_BKC.astype(x_BTC.dtype), x_BTC], axis=1)
     t = x_BTC.shape[1]
+    if left_pads_B is not None:  # [prefix, pads, x] -> [pads, prefix, x], per row
+        i_S, p_B1 = jnp.arange(kk - 1 + t), left_pads_B[:, None]
+        src_BS = jnp.where(i_S < p_B1, i_S + kk - 1, jnp.where(i_S < p_B1 + kk - 1, i_S - p_B1, i_S))
+        xx = jnp.take_along_axis(xx, src_BS[..., None], axis=1)
     y = sum(xx[:, j:j + t].astype(jnp.float32) * w_KC[j].astype(jnp.float32) for j in range(kk))
     return jax.nn.silu(y).astype(x_BTC.dtype), xx[:, t:]

@@ -53,7 +53,8 @@ class GatedDeltaNet(nnx.Module):
 
         Pad positions (mask 0) get zero input, zero decay and zero write strength, so they leave
         the recurrent state untouched (left-padded prompts are exact). `state` = (conv prefix,
-        recurrent fp32 state) continues a sequence; one-token calls use the recurrent form.
+        recurrent fp32 state) continues a sequence, whose pads must then sit left (the conv's
+        prefix moves past them); one-token calls use the recurrent form.
         """
         cfg = self.cfg
         b, t, _ = x_BTD.shape
@@ -62,7 +63,8 @@ class GatedDeltaNet(nnx.Module):
         m_BT1 = mask_BT[..., None].astype(x_BTD.dtype)
         x_BTD = x_BTD * m_BT1
         conv_prefix, rec = (None, None) if state is None else state
-        qkv, new_prefix = causal_conv1d(self.in_proj_qkv(x_BTD), self.conv1d[...], conv_prefix)
+        pads_B = None if state is None else t - mask_BT.sum(axis=1, dtype=jnp.int32)
+        qkv, new_prefix = causal_conv1d(self.in_proj_qkv(x_BTD), self.conv1d[...], conv_prefix, pads_B)
         q = qkv[..., :hk * dk].reshape(b, t, hk, dk)
         k = qkv[..., hk * dk:2 * hk * dk].reshape(b, t, hk, dk)
         v = qkv[..., 2 * hk * dk:].reshape(b, t, hv, dv)

@@ -213,9 +213,10 @@ class Qwen(nnx.Module):
             return self._logits(h_BTD[:, -1:])[:, 0], cache
         return self._logits(h_BTD), cache
 
-    def decode_step(self, tokens_B, cache: Cache):
-        """One new token per row: returns (logits_BV, cache)."""
-        h_B1D, cache = self.model(tokens_B[:, None], None, cache)
+    def decode_step(self, tokens_B, cache: Cache, mask_B=None):
+        """One new token per row: returns (logits_BV, cache). Rows with mask 0 (finished) leave
+        their cache as it was."""
+        h_B1D, cache = self.model(tokens_B[:, None], None if mask_B is None else mask_B[:, None], cache)
         return self._logits(h_B1D)[:, 0], cache
 
 

@@ -2,8 +2,11 @@
 
 Each round, every live episode that may still act gets a reply from ONE batched `policy.act`
 call; the replies are then applied in a thread pool (sandboxes block on the terminal), new
-episodes start in free slots, and finished ones are verified and closed. Every episode is
-recorded whatever happens, with an `outcome` and a human-readable `reason`.
+episodes start in free slots, and finished ones are verified and closed: by default in the
+background, overlapping the next rounds' generation (`overlap_verify`). The rounds' batches are
+the same either way (an episode frees its slot when its agent phase ends), so a seeded run samples
+the same episodes. Every episode is recorded whatever happens, with an `outcome` and a
+human-readable `reason`.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import contextlib
 import dataclasses
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
 import numpy as np
@@ -126,13 +129,15 @@ def verifier_error(result) -> str | None:
 def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backend: str = "local",
                  budgets: Budgets = Budgets(), context: Sequence[str | None] | None = None,
                  track_progress: bool = False, concurrency: int = 8, show_progress: bool = True,
-                 desc: str | None = None) -> list[Episode]:
+                 desc: str | None = None, overlap_verify: bool = True) -> list[Episode]:
     """Runs one episode per entry of `tasks` (repeat a task for several samples); results in order.
 
     context: optional text per task (e.g. an RSR runbook) shown to the policy after the task
       message but absent from the recorded messages and tokens.
     track_progress: probe progress after every turn (`Episode.progress`, for FDR).
     desc: the progress bar's label (default "episodes[<harness>]").
+    overlap_verify: verify and close finished episodes in their own threads while the next rounds
+      generate (up to 2 x `concurrency` sandboxes exist at once); False verifies between rounds.
     """
     from trsi_jax.sandbox import SandboxError, make_sandbox, verify
 
@@ -193,7 +198,12 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
                     lv.stop = _error_stop(e)
         return _record(lv, harness.name, tok, strict, partial, tests)
 
-    with ThreadPoolExecutor(max(1, concurrency)) as pool, \
+    def record(lv: _Live, ep: Episode) -> None:
+        results[lv.index] = ep
+        bar.update(1)
+
+    finishing: list[tuple[_Live, Future]] = []
+    with ThreadPoolExecutor(max(1, concurrency)) as pool, ThreadPoolExecutor(max(1, concurrency)) as verifiers, \
             tqdm(total=len(tasks), desc=desc or f"episodes[{harness.name}]", disable=not show_progress) as bar:
         while pending or live:
             fresh = [pending.popleft() for _ in range(min(len(pending), concurrency - len(live)))]
@@ -222,7 +232,16 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
 
             done = [lv for lv in live if lv.stop is not None]
             live = [lv for lv in live if lv.stop is None]
-            for ep, lv in zip(pool.map(finish, done), done):
-                results[lv.index] = ep
-                bar.update(1)
+            if overlap_verify:
+                finishing.extend((lv, verifiers.submit(finish, lv)) for lv in done)
+                ready = [f[1].done() for f in finishing]  # read once: a future may finish meanwhile
+                for (lv, fut), r in zip(finishing, ready):
+                    if r:
+                        record(lv, fut.result())
+                finishing = [f for f, r in zip(finishing, ready) if not r]
+            else:
+                for ep, lv in zip(pool.map(finish, done), done):
+                    record(lv, ep)
+        for lv, fut in finishing:
+            record(lv, fut.result())
     return results

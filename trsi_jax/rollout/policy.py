@@ -7,7 +7,7 @@ from typing import Callable, Protocol, Sequence
 import jax
 
 from trsi_jax.rollout.chat import encode_prompt
-from trsi_jax.rollout.sampler import SampleConfig, Sampler
+from trsi_jax.rollout.sampler import Prefix, SampleConfig, Sampler
 from trsi_jax.rollout.tokenizer import Tokenizer
 
 
@@ -31,21 +31,37 @@ class ModelPolicy:
     """A JAX model sampled with `Sampler`; prompts use the exact tokens of earlier sampled turns.
 
     Stops at `<|im_end|>` / `<|endoftext|>` unless `sample_cfg.stop_ids` says otherwise, and never
-    samples ids past the tokenizer's vocab (the model's vocab may be padded)."""
+    samples ids past the tokenizer's vocab (the model's vocab may be padded).
+    With `reuse_cache`, each call keeps every row's cache (`Prefix`) until the next call, where a
+    prompt that extends one (the same conversation one turn on) prefills only its new tokens;
+    `prefilled` counts the prompt tokens actually run through the model."""
 
     def __init__(self, model, tokenizer: Tokenizer, sample_cfg: SampleConfig, max_len: int, seed: int = 0,
-                 mesh=None):
+                 mesh=None, reuse_cache: bool = True):
         stop = tuple(sample_cfg.stop_ids) or (tokenizer.im_end_id, tokenizer.eos_id)
         self.sample_cfg = dataclasses.replace(sample_cfg, stop_ids=stop,
                                               vocab_limit=sample_cfg.vocab_limit or tokenizer.vocab_size)
         self.tokenizer = tokenizer
         self.sampler = Sampler(model, max_len, pad_id=tokenizer.pad_id, mesh=mesh)
         self._rng = jax.random.key(seed)
+        self.reuse_cache = reuse_cache
+        self._kept: list[Prefix] = []  # the last call's caches
+        self.prefilled = 0
+
+    def _match(self, prompt: list[int]) -> Prefix | None:
+        """The longest kept cache whose tokens start `prompt` (each is used once)."""
+        fits = [i for i, x in enumerate(self._kept)
+                if len(x.tokens) < len(prompt) and tuple(prompt[:len(x.tokens)]) == x.tokens]
+        return self._kept.pop(max(fits, key=lambda i: len(self._kept[i].tokens))) if fits else None
 
     def act(self, conversations, max_new_tokens=None) -> list[Reply]:
         prompts = [encode_prompt(c, self.tokenizer) for c in conversations]
         self._rng, key = jax.random.split(self._rng)
-        out = self.sampler.generate(prompts, self.sample_cfg, key, max_new_tokens)
+        prefixes = [self._match(p) if self.reuse_cache else None for p in prompts]
+        self.prefilled += sum(len(p) - (len(x.tokens) if x else 0) for p, x in zip(prompts, prefixes))
+        out, self._kept = self.sampler.generate_cached(prompts, self.sample_cfg, key, max_new_tokens, prefixes,
+                                                       keep=self.reuse_cache)
+        self._kept = self._kept or []
         replies = []
         for tokens, logprobs in out:
             body = tokens[:-1] if tokens and tokens[-1] in self.sample_cfg.stop_ids else tokens

@@ -98,14 +98,15 @@ def _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg: SampleConfig, 
         toks_BN = toks_BN.at[:, step].set(tok_B)
         logp_BN = logp_BN.at[:, step].set(jnp.where(done_B, 0.0, lp_B))
         len_B = len_B + (~done_B).astype(jnp.int32)
+        fed_B = ~done_B  # a row's stop token enters its cache; what it decodes after never does
         done_B = done_B | jnp.isin(tok_B, stop_S) | (len_B >= limit_B)
-        logits_BV, cache = model.decode_step(tok_B, cache)
+        logits_BV, cache = model.decode_step(tok_B, cache, fed_B)
         return step + 1, logits_BV.astype(jnp.float32), cache, rng, toks_BN, logp_BN, len_B, done_B
 
     carry = (jnp.int32(0), logits_BV, cache, rng, jnp.full((B, N), pad_id, jnp.int32),
              jnp.zeros((B, N), jnp.float32), jnp.zeros((B,), jnp.int32), limit_B <= 0)
-    _, _, _, _, toks_BN, logp_BN, len_B, _ = jax.lax.while_loop(cond, body, carry)
-    return toks_BN, logp_BN, len_B
+    _, _, cache, _, toks_BN, logp_BN, len_B, _ = jax.lax.while_loop(cond, body, carry)
+    return toks_BN, logp_BN, len_B, cache
 
 
 def _bucket(n: int, minimum: int, step: int = 256) -> int:
@@ -116,6 +117,18 @@ def _bucket(n: int, minimum: int, step: int = 256) -> int:
     return max(minimum, 1 << (max(n, 1) - 1).bit_length())
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prefix:
+    """One sequence's cache after a `generate_cached` call, compacted to its real tokens (host
+    arrays): a later prompt that starts with `tokens` prefills only what follows them."""
+
+    tokens: tuple[int, ...]  # prompt + sampled ids, in cache order
+    k: np.ndarray  # [L_full, n, Hkv, D] (n = len(tokens))
+    v: np.ndarray
+    conv: np.ndarray  # [L_lin, K-1, conv_dim]
+    state: np.ndarray  # [L_lin, Hv, Dk, Dv] fp32
+
+
 class Sampler:
     """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included.
 
@@ -124,6 +137,10 @@ class Sampler:
     never cuts a short one's reply (positions count each row's own tokens, so no row passes
     max_len), and short batches attend over a short cache; the widest cache is the bucketed
     max_len plus max_new_tokens.
+    `generate_cached` also takes and returns each row's `Prefix`: a row continuing a cached
+    sequence (a conversation's earlier turns) prefills only its new tokens. Cached rows sit
+    right-aligned before the new block (their slots valid, the rest not), so the result equals a
+    full re-prefill up to float rounding (tests/test_sampler.py).
     With a `mesh`, prompts and the cache are split over the batch axes (data, fsdp) and the
     batch is padded to a multiple of their size; params keep whatever shardings they carry.
     """
@@ -138,18 +155,29 @@ class Sampler:
     def generate(self, prompts: Sequence[Sequence[int]], cfg: SampleConfig, rng: jax.Array,
                  max_new_tokens: Sequence[int] | None = None) -> list[tuple[list[int], list[float]]]:
         """Samples a continuation of every prompt; `max_new_tokens` optionally caps rows individually."""
+        return self.generate_cached(prompts, cfg, rng, max_new_tokens)[0]
+
+    def generate_cached(self, prompts: Sequence[Sequence[int]], cfg: SampleConfig, rng: jax.Array,
+                        max_new_tokens: Sequence[int] | None = None,
+                        prefixes: Sequence[Prefix | None] | None = None, keep: bool = False):
+        """(outputs as `generate`, [Prefix] per row if `keep` else None). `prefixes[b]`, if given,
+        must hold a proper prefix of `prompts[b]` (else that row is prefilled whole)."""
         if not prompts:
-            return []
+            return [], [] if keep else None
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         longest = max(len(p) for p in prompts)
         if longest >= self.max_len:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
+        prefixes = [x if x is not None and len(x.tokens) < len(p) and tuple(p[:len(x.tokens)]) == x.tokens
+                    else None for x, p in zip(prefixes or [None] * len(prompts), prompts)]
+        cached = [len(x.tokens) if x is not None else 0 for x in prefixes]
         caps = [cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
                 for b in range(len(prompts))]
         want = [min(c, self.max_len - len(p)) for c, p in zip(caps, prompts)]
-        T = _bucket(longest, 16)
-        width = T + _bucket(max(want), 16)  # prompt block + the longest row's room (few compiled shapes)
+        C = _bucket(max(cached), 16) if max(cached) else 0
+        T = _bucket(max(len(p) - c for p, c in zip(prompts, cached)), 16)
+        width = C + T + _bucket(max(want), 16)  # cached block + new block + the longest row's room
         B = _bucket(len(prompts), 1, step=1 << 30)
         if self.mesh is not None:
             n = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
@@ -157,17 +185,20 @@ class Sampler:
         tokens_BT = np.full((B, T), self.pad_id, np.int32)
         mask_BT = np.zeros((B, T), np.int32)
         limit_B = np.zeros((B,), np.int32)  # padding rows: limit 0, done from the start
-        for b, p in enumerate(prompts):
-            tokens_BT[b, T - len(p):] = p
-            mask_BT[b, T - len(p):] = 1
+        for b, (p, c) in enumerate(zip(prompts, cached)):
+            tokens_BT[b, T - len(p) + c:] = p[c:]
+            mask_BT[b, T - len(p) + c:] = 1
             limit_B[b] = want[b]
         tokens_BT[len(prompts):, -1] = self.pad_id  # dummy rows: one real token keeps attention finite
         mask_BT[len(prompts):, -1] = 1
 
         from trsi_jax.models import init_cache
+        from trsi_jax.sharding import to_host
 
         graphdef, state = nnx.split(self.model)
         cache = init_cache(self.model.cfg, B, width, self.cache_dtype)
+        if C:
+            cache = _with_prefixes(cache, prefixes, C)
         inputs = (tokens_BT, mask_BT, limit_B)
         if self.mesh is not None:
             from trsi_jax import sharding
@@ -176,8 +207,33 @@ class Sampler:
             inputs = [jax.device_put(x, sharding.batch_sharding(self.mesh, x.ndim)) for x in inputs]
         tokens_BT, mask_BT, limit_B = (jnp.asarray(x) for x in inputs)
         logits_BV, cache = _prefill(graphdef, state, tokens_BT, mask_BT, cache)
-        toks_BN, logp_BN, len_B = _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg, self.pad_id)
-        from trsi_jax.sharding import to_host
-
+        toks_BN, logp_BN, len_B, cache = _decode(graphdef, state, logits_BV, cache, rng, limit_B, cfg, self.pad_id)
         toks_BN, logp_BN, len_B = to_host((toks_BN, logp_BN, len_B))  # whole batch on every host
-        return [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]
+        out = [(toks_BN[b, :len_B[b]].tolist(), logp_BN[b, :len_B[b]].tolist()) for b in range(len(prompts))]
+        if not keep:
+            return out, None
+        host = to_host((cache.k, cache.v, cache.conv, cache.state, cache.valid))
+        return out, [_prefix_of(host, b, tuple(p) + tuple(o[0])) for b, (p, o) in enumerate(zip(prompts, out))]
+
+
+def _with_prefixes(cache, prefixes: Sequence[Prefix | None], width: int):
+    """`cache` with each row's prefix right-aligned in slots [width - n, width), length = width."""
+    k, v, conv, state = (np.array(x) for x in (cache.k, cache.v, cache.conv, cache.state))
+    valid, pos = np.array(cache.valid), np.array(cache.pos)
+    for b, x in enumerate(prefixes):
+        if x is None:
+            continue
+        n = len(x.tokens)
+        k[:, b, width - n:width], v[:, b, width - n:width] = x.k, x.v
+        conv[:, b], state[:, b] = x.conv, x.state
+        valid[b, width - n:width], pos[b] = True, n
+    return cache._replace(k=jnp.asarray(k), v=jnp.asarray(v), conv=jnp.asarray(conv), state=jnp.asarray(state),
+                          valid=jnp.asarray(valid), pos=jnp.asarray(pos), length=jnp.int32(width))
+
+
+def _prefix_of(host, b: int, tokens: tuple[int, ...]) -> Prefix:
+    k, v, conv, state, valid = host
+    slots = np.flatnonzero(valid[b])
+    if len(slots) != len(tokens):
+        raise AssertionError(f"row {b}: {len(slots)} cached slots for {len(tokens)} tokens")
+    return Prefix(tokens=tokens, k=k[:, b, slots], v=v[:, b, slots], conv=conv[:, b], state=state[:, b])
