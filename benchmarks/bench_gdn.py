@@ -3,14 +3,15 @@
     python -m benchmarks.bench_gdn                       # 27B's GDN heads (16 key, 48 value, 128 dims)
     python -m benchmarks.bench_gdn --seq 8192 --batch 1
     JAX_PLATFORMS=cpu python -m benchmarks.bench_gdn --heads 2 --kheads 1 --dim 16 --seq 256  # interpret mode
-    python -m benchmarks.bench_gdn --sweep 16,32,64 --stages 1,2   # the kernel alone per block_v x num_stages
+    python -m benchmarks.bench_gdn --sweep 8,16 --stages 2,3 --warps 4,8   # the kernel alone per setting
 
 Times `chunk_gated_delta_rule` forward (and forward + backward; the kernel's backward is the
 reference scan's) for `impl="jax"` and `impl="pallas"` on the default backend, checks that the two
 agree, and ends with `pallas / jax forward speed: N.NNx`. `--sweep` first times the scan alone
-(kernel vs `lax.scan`, same inputs) for each value-column block and Triton pipeline depth, printing
-the compile error of any that fails (shared memory), to choose the kernel's defaults. On CPU the kernel runs in Pallas
-interpret mode, which checks it but says nothing of its speed: measure on a GPU or TPU.
+(kernel vs `lax.scan`, same inputs) for each value-column block, Triton pipeline depth and warp
+count, printing the compile error of any that fails (shared memory), to choose the kernel's
+defaults. On CPU the kernel runs in Pallas interpret mode, which checks it but says nothing of its
+speed: measure on a GPU or TPU.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _best_of(fn, repeats: int) -> float:
 
 
 def sweep(args):
-    """The scan alone: `chunk_scan` (jitted) vs `chunk_scan_pallas` per (block_v, num_stages)."""
+    """The scan alone: `chunk_scan` (jitted) vs `chunk_scan_pallas` per (block_v, num_stages, num_warps)."""
     from trsi_jax.models.kernels.gdn_pallas import chunk_scan_pallas
 
     b, h, d, c = args.batch, args.heads, args.dim, args.chunk
@@ -56,8 +57,7 @@ def sweep(args):
             try:
                 got = jax.block_until_ready(f(*xs))
             except Exception as e:  # a config the compiler rejects (e.g. shared memory) is a result here
-                print(f"{name}: failed: "
-                      f"{str(e).strip().splitlines()[0][:160]}")
+                print(f"{name}: failed: {str(e).strip().splitlines()[0][:160]}")
                 continue
             t = _best_of(lambda: jax.block_until_ready(f(*xs)), args.repeats)
             rel = max(float(jnp.abs(x - y).max() / jnp.abs(x).max()) for x, y in zip(want, got))

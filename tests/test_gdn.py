@@ -103,7 +103,6 @@ def test_causal_conv_continues_past_left_pads():
         np.testing.assert_array_equal(tail[b], tail_ref[0])
 
 
-
 @pytest.mark.slow
 def test_pallas_chunk_scan_matches_jax_scan():
     """The Pallas scan kernel (interpret mode on CPU) == the lax.scan reference, values and grads;

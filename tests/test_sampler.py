@@ -72,7 +72,8 @@ def test_cached_turns_equal_a_full_reprefill(model):
             np.testing.assert_allclose(c_logps, logps, atol=2e-5)
         for c, x, (toks, _) in zip(convs, kept, full):
             assert x.tokens == tuple(c + toks) and x.k.shape[1] == len(x.tokens)
-        convs = [c + toks + rng.integers(1, 500, size=4 + 5 * b).tolist() for b, (c, (toks, _)) in enumerate(zip(convs, full))]
+        convs = [c + toks + rng.integers(1, 500, size=4 + 5 * b).tolist()
+                 for b, (c, (toks, _)) in enumerate(zip(convs, full))]
 
 
 def test_rows_stop_independently_on_stop_ids_and_limits(model):

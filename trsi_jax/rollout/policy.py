@@ -50,8 +50,7 @@ class ModelPolicy:
 
     def _match(self, prompt: list[int]) -> Prefix | None:
         """The longest kept cache whose tokens start `prompt` (each is used once)."""
-        fits = [i for i, x in enumerate(self._kept)
-                if len(x.tokens) < len(prompt) and tuple(prompt[:len(x.tokens)]) == x.tokens]
+        fits = [i for i, x in enumerate(self._kept) if x.starts(prompt)]
         return self._kept.pop(max(fits, key=lambda i: len(self._kept[i].tokens))) if fits else None
 
     def act(self, conversations, max_new_tokens=None) -> list[Reply]:
@@ -59,9 +58,9 @@ class ModelPolicy:
         self._rng, key = jax.random.split(self._rng)
         prefixes = [self._match(p) if self.reuse_cache else None for p in prompts]
         self.prefilled += sum(len(p) - (len(x.tokens) if x else 0) for p, x in zip(prompts, prefixes))
-        out, self._kept = self.sampler.generate_cached(prompts, self.sample_cfg, key, max_new_tokens, prefixes,
-                                                       keep=self.reuse_cache)
-        self._kept = self._kept or []
+        out, kept = self.sampler.generate_cached(prompts, self.sample_cfg, key, max_new_tokens, prefixes,
+                                                 keep=self.reuse_cache)
+        self._kept = kept or []
         replies = []
         for tokens, logprobs in out:
             body = tokens[:-1] if tokens and tokens[-1] in self.sample_cfg.stop_ids else tokens

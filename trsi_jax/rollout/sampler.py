@@ -128,6 +128,10 @@ class Prefix:
     conv: np.ndarray  # [L_lin, K-1, conv_dim]
     state: np.ndarray  # [L_lin, Hv, Dk, Dv] fp32
 
+    def starts(self, prompt: Sequence[int]) -> bool:
+        """`prompt` continues this sequence with at least one new token."""
+        return len(self.tokens) < len(prompt) and tuple(prompt[:len(self.tokens)]) == self.tokens
+
 
 class Sampler:
     """`generate(prompts, cfg, rng)` -> [(tokens, logprobs)] per prompt, stop token included.
@@ -169,8 +173,8 @@ class Sampler:
         longest = max(len(p) for p in prompts)
         if longest >= self.max_len:
             raise ValueError(f"prompt of {longest} tokens leaves no room to generate within max_len={self.max_len}")
-        prefixes = [x if x is not None and len(x.tokens) < len(p) and tuple(p[:len(x.tokens)]) == x.tokens
-                    else None for x, p in zip(prefixes or [None] * len(prompts), prompts)]
+        prefixes = [x if x is not None and x.starts(p) else None
+                    for x, p in zip(prefixes or [None] * len(prompts), prompts)]
         cached = [len(x.tokens) if x is not None else 0 for x in prefixes]
         caps = [cfg.max_new_tokens if max_new_tokens is None else min(cfg.max_new_tokens, max_new_tokens[b])
                 for b in range(len(prompts))]
@@ -218,8 +222,8 @@ class Sampler:
 
 def _with_prefixes(cache, prefixes: Sequence[Prefix | None], width: int):
     """`cache` with each row's prefix right-aligned in slots [width - n, width), length = width."""
-    k, v, conv, state = (np.array(x) for x in (cache.k, cache.v, cache.conv, cache.state))
-    valid, pos = np.array(cache.valid), np.array(cache.pos)
+    k, v, conv, state, valid, pos = (np.zeros(x.shape, x.dtype) for x in  # built on the host, sent once
+                                     (cache.k, cache.v, cache.conv, cache.state, cache.valid, cache.pos))
     for b, x in enumerate(prefixes):
         if x is None:
             continue
