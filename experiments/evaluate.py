@@ -70,18 +70,17 @@ def load_model(mesh):
 
 
 def load_eval_tasks():
-    from trsi_jax.tasks import load_task, load_tasks
+    from trsi_jax.tasks import load_tasks
 
     if FLAGS.tasks_dir:
         tasks, rejected = load_tasks(FLAGS.tasks_dir)
         for path, reason in rejected:
             logging.warning("skipping task %s: %s", path, reason)
-    else:
-        from sandboxes.suite import build_suite
+    else:  # written once into the workdir; a re-run reuses it (and stops if other task flags wrote it)
+        from trsi_jax.pipeline.run import built_in_tasks
 
-        paths = build_suite(os.path.join(FLAGS.workdir, "tasks"), split="heldout", per_family=FLAGS.per_family,
-                            families=FLAGS.families or None)
-        tasks = [load_task(p) for p in paths]
+        tasks = built_in_tasks(os.path.join(FLAGS.workdir, "tasks"), "heldout", FLAGS.per_family,
+                               FLAGS.families or None)
     if not tasks:
         raise app.UsageError(f"no loadable tasks in {FLAGS.tasks_dir or 'the built-in held-out split'}")
     return tasks

@@ -231,6 +231,13 @@ def test_evaluate_script_writes_metrics_and_table(tmp_path):
     from trsi_jax.rollout import load_episodes
 
     assert len(load_episodes(str(tmp_path / "episodes"))) == 2
+    # A re-run into the same workdir reuses its task folders; other task flags stop with the fix.
+    again = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "eval.json").read_text())["all"]["episodes"] == 2
+    other = subprocess.run([c.replace("--per_family=1", "--per_family=2") for c in cmd], cwd=root,
+                           capture_output=True, text=True, timeout=600)
+    assert other.returncode != 0 and "Use a new --workdir" in other.stderr, other.stderr[-3000:]
 
 
 def test_agent_that_kills_its_terminal_is_verified_not_excused(task):
