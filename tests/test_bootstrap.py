@@ -1,5 +1,6 @@
-"""Bootstrap demonstrations: real oracle episodes, trained on their first reply only, and the
-shipped tiny tokenizer and base that `make demo` starts from."""
+"""Bootstrap demonstrations: real oracle episodes, trained on their first reply only, rendered
+without a sandbox exactly as the sandbox gives them, and the shipped tiny tokenizer and base that
+`make demo` starts from."""
 import json
 import os
 
@@ -8,7 +9,8 @@ import pytest
 
 from trsi_jax.agent.harness import CONFIRM
 from trsi_jax.config import model_preset
-from trsi_jax.pipeline.bootstrap import demonstrations
+from trsi_jax.agent import make_harness
+from trsi_jax.pipeline.bootstrap import check_rendering, demonstrations, rendered_example
 from trsi_jax.pipeline.run import built_in_tasks
 from trsi_jax.rollout import load_tokenizer
 
@@ -35,6 +37,31 @@ def test_demonstration_is_cut_after_the_first_reply(tmp_path):
     assert reply == episode.messages[2]["content"] + "<|im_end|>"
     assert json.loads(episode.messages[2]["content"])["commands"]  # the reply that carries the commands
     assert CONFIRM not in tok.decode(example.tokens)
+
+
+def test_rendered_demonstrations_equal_the_sandbox_ones_and_show_hints(tmp_path):
+    tok = load_tokenizer(TOKENIZER)
+    tasks = built_in_tasks(str(tmp_path / "train"), "train", 2, ["files", "text"])
+    data = demonstrations(tasks, tok, show_progress=False)
+    assert data.verified == 4
+    screen = check_rendering(data, tasks, tok)  # token for token, every verified task
+    assert screen.startswith("root@") and screen.endswith("#")
+
+    task = tasks[0]
+    plain = rendered_example(task, make_harness("common"), screen, tok)
+    hinted = rendered_example(task, make_harness("hint"), screen, tok)
+    reply = lambda ex: [t for t, m in zip(ex.tokens, ex.loss_mask) if m]
+    assert reply(hinted) == reply(plain) and len(hinted.tokens) > len(plain.tokens)
+    prompt = tok.decode([t for t, m in zip(hinted.tokens, hinted.loss_mask) if not m])
+    assert "Hints:\n- A good first step: " in prompt and "Hints:" not in tok.decode(plain.tokens)
+
+    # A rendering that no longer matches the sandbox (here: another first screen) is refused.
+    data.episodes[0].messages[1]["content"] += " "
+    with pytest.raises(ValueError, match="differs from its sandbox episode"):
+        check_rendering(data, tasks, tok)
+    os.remove(os.path.join(task.path, "solution", "commands.json"))
+    with pytest.raises(ValueError, match="no solution/commands.json"):
+        rendered_example(task, make_harness("common"), screen, tok)
 
 
 def test_shipped_tokenizer_and_base_fit_the_tiny_preset():

@@ -1,6 +1,6 @@
 """`experiments.make_base` (the script behind the shipped tiny base): a short run with model and
-bootstrap overrides writes an HF folder of that architecture, records the overrides it ran with,
-and the folder loads back as that model."""
+bootstrap overrides, a left-out template, rendered tasks and hints writes an HF folder of that
+architecture, records what it ran with, and the folder loads back as that model."""
 import json
 import os
 import subprocess
@@ -22,7 +22,10 @@ def test_make_base_applies_overrides_and_writes_a_loadable_folder(tmp_path):
     cmd = [sys.executable, "-m", "experiments.make_base", "--seed=1", f"--out={out_dir}",
            f"--workdir={tmp_path / 'work'}", "--train_per_family=1", f"--jax_cache_dir={ROOT}/.cache/jax",
            "--model_cfg.hidden_size=32", "--model_cfg.intermediate_size=64",
-           "--bootstrap.optim.total_steps=2", "--bootstrap.optim.warmup_steps=1", "--bootstrap.checkpoint_every=2"]
+           "--bootstrap.optim.total_steps=2", "--bootstrap.optim.warmup_steps=1", "--bootstrap.checkpoint_every=2",
+           # seeds 0-2: files sort_by_extension, find_files, batch_rename; text status_report, replace_word,
+           # extract_emails. Seed 0 runs in a sandbox, seeds 1-2 are rendered.
+           "--exclude_templates=status_report", "--render_per_family=2", "--hint_fraction=1"]
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
         "--xla_force_host_platform_device_count=8", "").strip())
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -30,7 +33,10 @@ def test_make_base_applies_overrides_and_writes_a_loadable_folder(tmp_path):
 
     record = json.loads((out_dir / "make_base.json").read_text())
     assert record["model"]["hidden_size"] == 32 and record["sft"]["optim"]["total_steps"] == 2
-    assert record["bootstrap"]["sft_steps"] == 2 and record["bootstrap"]["verified"] == 2, record["bootstrap"]
+    summary = record["bootstrap"]
+    assert summary["sft_steps"] == 2 and summary["tasks"] == 1 and summary["verified"] == 1, summary
+    assert (summary["rendered"], summary["hint_examples"], summary["sft_examples"]) == (4, 5, 5), summary
+    assert record["exclude_templates"] == ["status_report"] and record["hint_fraction"] == 1.0
     cfg = config_from_hf(str(out_dir))
     assert (cfg.hidden_size, cfg.intermediate_size) == (32, 64)
     model = load_hf(str(out_dir), cfg)

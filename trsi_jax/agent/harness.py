@@ -76,12 +76,14 @@ class CommonHarness:
     def task_message(self, task) -> str:
         return f"Task:\n{task.instruction.strip()}"
 
+    def first_messages(self, task, screen: str) -> list[dict]:
+        """The conversation's opening: the system prompt, then the task and the first screen."""
+        first = self.task_message(task) + f"\n\nTerminal:\n{screen[-self.max_output_bytes:]}"
+        return [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": first}]
+
     def start(self, task, sandbox, max_turns: int) -> Session:
         terminal = sandbox.terminal()
-        screen = terminal.screen()[-self.max_output_bytes:]
-        first = self.task_message(task) + f"\n\nTerminal:\n{screen}"
-        messages = [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": first}]
-        return Session(task, sandbox, terminal, messages, max_turns)
+        return Session(task, sandbox, terminal, self.first_messages(task, terminal.screen()), max_turns)
 
     # -- one turn ----------------------------------------------------------------------------
     def step(self, session: Session, reply_text: str, time_left_sec: float) -> str | None:
