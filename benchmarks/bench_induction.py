@@ -71,13 +71,17 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--settings", default="fixed,variable", help="which settings to train, comma-separated")
     args = p.parse_args()
     cfg = _override(model_preset("tiny"), args.set)
     if args.vocab > cfg.vocab_size:
         raise SystemExit(f"--vocab {args.vocab} exceeds the model's vocab_size {cfg.vocab_size}")
     print(f"{jax.devices()[0].platform}, load average {os.getloadavg()[0]:.2f}; overrides {args.set or 'none'}")
     result = {}
-    for variable in (False, True):
+    settings = args.settings.split(",")
+    if not settings or set(settings) - {"fixed", "variable"}:
+        raise SystemExit(f"--settings {args.settings!r}: choose from fixed,variable")
+    for variable in [s == "variable" for s in settings]:
         losses = run(cfg, variable, args.steps, args.vocab, args.lr, args.batch, args.seed)
         result["variable" if variable else "fixed"] = float(np.mean(losses[-50:]))
     uniform = np.log(args.vocab)
