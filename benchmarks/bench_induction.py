@@ -73,14 +73,14 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--settings", default="fixed,variable", help="which settings to train, comma-separated")
     args = p.parse_args()
+    settings = args.settings.split(",")
+    if set(settings) - {"fixed", "variable"}:
+        raise SystemExit(f"--settings {args.settings!r}: choose from fixed,variable")
     cfg = _override(model_preset("tiny"), args.set)
     if args.vocab > cfg.vocab_size:
         raise SystemExit(f"--vocab {args.vocab} exceeds the model's vocab_size {cfg.vocab_size}")
     print(f"{jax.devices()[0].platform}, load average {os.getloadavg()[0]:.2f}; overrides {args.set or 'none'}")
     result = {}
-    settings = args.settings.split(",")
-    if not settings or set(settings) - {"fixed", "variable"}:
-        raise SystemExit(f"--settings {args.settings!r}: choose from fixed,variable")
     for variable in [s == "variable" for s in settings]:
         losses = run(cfg, variable, args.steps, args.vocab, args.lr, args.batch, args.seed)
         result["variable" if variable else "fixed"] = float(np.mean(losses[-50:]))
