@@ -10,10 +10,11 @@ model.safetensors, tokenizer.json without a chat template, so the built-in Qwen 
 used) that `experiments.pipeline --init_hf=...` starts from, so `make demo` skips the bootstrap.
 With --eval_per_family > 0 it also prints held-out strict success of the result.
 
-Three levers shape what the base can do (all off by default, so the shipped base's command is unchanged):
+Four levers shape what the base can do (all off by default, so the shipped base's command is unchanged):
 `--render_per_family=N` adds N more train tasks per family whose oracle first replies are rendered
 without a sandbox (`bootstrap.rendered_example`; checked token for token against every verified
-demonstration first), `--exclude_templates` leaves built-in templates out of the bootstrap entirely
+demonstration first), `--render_templates` keeps only some templates among those (more examples of
+what the base finds hard), `--exclude_templates` leaves built-in templates out of the bootstrap entirely
 (the base then has something left to learn), and `--hint_fraction` shows that share of the
 examples under the `hint` harness, so the base learns to use the hint RSR's hint harness gives.
 """
@@ -40,6 +41,8 @@ flags.DEFINE_integer("eval_per_family", 0, "held-out tasks per family to evaluat
 flags.DEFINE_integer("render_per_family", 0, "more train tasks per family (seeds after --train_per_family), "
                      "rendered without a sandbox")
 flags.DEFINE_list("exclude_templates", [], "built-in suite templates left out of the bootstrap")
+flags.DEFINE_list("render_templates", [], "only these templates among the --render_per_family tasks "
+                  "(default: all), to give the bootstrap more of what the base finds hard")
 flags.DEFINE_float("hint_fraction", 0.0, "share of the bootstrap examples shown under the `hint` harness")
 RENDER_CHUNK = 500  # rendered tasks per family built on disk at a time
 common.define_runtime_flags()
@@ -49,6 +52,21 @@ common.define_config_flags("bootstrap", SFTConfig)
 def template(task) -> str:
     """A built-in suite task's template (its second tag)."""
     return task.tags[1]
+
+
+def family_templates(families) -> set[str]:
+    """Every template of `families`: each family cycles through its templates by seed, so seeds
+    0, 1, ... give them all before the first repeats."""
+    from sandboxes.suite import FAMILIES, make_task
+
+    names = set()
+    for family in families or FAMILIES:
+        first, seed = make_task(family, 0).template, 1
+        names.add(first)
+        while (name := make_task(family, seed).template) != first:
+            names.add(name)
+            seed += 1
+    return names
 
 
 def render_all(data, tasks, tokenizer, work: str, families) -> tuple[list, dict]:
@@ -81,7 +99,8 @@ def render_all(data, tasks, tokenizer, work: str, families) -> tuple[list, dict]
         shutil.rmtree(folder, ignore_errors=True)
         build_suite(folder, "train", min(RENDER_CHUNK, FLAGS.render_per_family - start), families,
                     start=FLAGS.train_per_family + start)
-        batch = [t for t in load_tasks(folder)[0] if template(t) not in FLAGS.exclude_templates]
+        batch = [t for t in load_tasks(folder)[0] if template(t) not in FLAGS.exclude_templates
+                 and (not FLAGS.render_templates or template(t) in FLAGS.render_templates)]
         examples += render(batch)
         counts["rendered"] += len(batch)
     shutil.rmtree(folder, ignore_errors=True)
@@ -116,6 +135,10 @@ def main(argv):
     if unknown:
         raise ValueError(f"--exclude_templates: {unknown} not among the templates of these train tasks: "
                          f"{sorted(known)} (raise --train_per_family if a template is rare)")
+    unknown = sorted(set(FLAGS.render_templates) - family_templates(families))
+    if unknown:
+        raise ValueError(f"--render_templates: {unknown} are not templates of the families {families}: "
+                         f"choose among {sorted(family_templates(families))}")
     tasks = [t for t in tasks if template(t) not in FLAGS.exclude_templates]
     sft = common.config_from_flags("bootstrap", dataclasses.replace(preset.bootstrap, seed=FLAGS.seed))
     model = nnx.jit(lambda: Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed)))()
@@ -135,7 +158,8 @@ def main(argv):
             json.dump({"seed": FLAGS.seed, "preset": FLAGS.preset, "model": dataclasses.asdict(cfg),
                        "families": families,
                        "train_per_family": FLAGS.train_per_family, "render_per_family": FLAGS.render_per_family,
-                       "exclude_templates": list(FLAGS.exclude_templates), "hint_fraction": FLAGS.hint_fraction,
+                       "exclude_templates": list(FLAGS.exclude_templates),
+                       "render_templates": list(FLAGS.render_templates), "hint_fraction": FLAGS.hint_fraction,
                        "sft": dataclasses.asdict(sft),
                        "bootstrap": summary}, f, indent=1)
     if FLAGS.eval_per_family:

@@ -1,4 +1,5 @@
 """Harness prompts: compact system prompt, hints derived from the task without test code, registry."""
+import json
 import re
 from pathlib import Path
 
@@ -31,6 +32,9 @@ def test_hint_harness_adds_oracle_step_and_milestones_but_no_test_code(tasks):
         step = first_oracle_step(task)
         assert step and step in hinted and not re.fullmatch(r"cd( \S+)?|set -.*|#.*", step)
         assert step in Path(task.solution_path).read_text()
+        oracle = json.loads((Path(task.solution_path).parent / "commands.json").read_text())
+        commands = [c["keystrokes"].strip() for c in oracle if not re.fullmatch(r"cd( \S+)?\s*", c["keystrokes"])]
+        assert step == commands[0]  # whole, even when its quotes span lines (inline Python scripts)
         for name in milestone_names(task.progress_tests):
             assert name in hinted
         test_lines = {line.strip() for f in Path(task.tests_dir).rglob("*") if f.is_file()
@@ -47,3 +51,14 @@ def test_registry():
     assert make_harness("retry", extra_turns=3).extra_turns == 3
     with pytest.raises(ValueError, match="unknown harness 'nope'"):
         make_harness("nope")
+
+
+def test_first_oracle_step_reads_a_command_whose_quotes_span_lines(tmp_path):
+    script = tmp_path / "solve.sh"
+    task = type("T", (), {"solution_path": str(script)})()
+    script.write_text("#!/bin/bash\nset -e\ncd /app\npython3 -c 'import re\nprint(\"a # b\")\n'\necho done\n")
+    assert first_oracle_step(task) == "python3 -c 'import re\nprint(\"a # b\")\n'"
+    script.write_text("cd /app\nsort -u a \\\n  -o b\necho done\n")
+    assert first_oracle_step(task) == "sort -u a \\\n  -o b"
+    script.write_text("echo 'never closed\necho more\n")  # no complete command: its first line
+    assert first_oracle_step(task) == "echo 'never closed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 
 from trsi_jax.agent.harness import CommonHarness, Session, record_progress
 
@@ -46,18 +47,36 @@ class RetryHarness(CommonHarness):
 
 
 def first_oracle_step(task) -> str | None:
-    """The first real command of the reference solution (skipping shebang, comments, `set -...`, `cd`)."""
+    """The first real command of the reference solution (skipping shebang, comments, `set -...`,
+    `cd`), whole: a command whose quotes or trailing backslashes span lines (an inline Python
+    script) is read to its end."""
     if getattr(task, "solution_steps", ()):  # TB1 solution.yaml
         return task.solution_steps[0].command.strip() or None
     path = getattr(task, "solution_path", None)
     if not path or not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and not re.match(r"(set\s+-|cd(\s+\S+)?$)", line):
-                return line
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        line = line.strip()
+        if line and not line.startswith("#") and not re.match(r"(set\s+-|cd(\s+\S+)?$)", line):
+            return _whole_command(lines, i)
     return None
+
+
+def _whole_command(lines: list[str], start: int) -> str:
+    """Lines from `start` until the shell command they begin is complete (balanced quotes, no
+    trailing backslash); the first line alone when it never completes."""
+    for end in range(start, len(lines)):
+        text = "\n".join(lines[start:end + 1]).strip()
+        if text.endswith("\\"):
+            continue
+        try:
+            shlex.split(text, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        return text
+    return lines[start].strip()
 
 
 def milestone_names(progress_tests) -> list[str]:
