@@ -135,10 +135,12 @@ def main(argv):
     if unknown:
         raise ValueError(f"--exclude_templates: {unknown} not among the templates of these train tasks: "
                          f"{sorted(known)} (raise --train_per_family if a template is rare)")
-    unknown = sorted(set(FLAGS.render_templates) - family_templates(families))
-    if unknown:
-        raise ValueError(f"--render_templates: {unknown} are not templates of the families {families}: "
-                         f"choose among {sorted(family_templates(families))}")
+    if FLAGS.render_templates:
+        choices = family_templates(families)
+        unknown = sorted(set(FLAGS.render_templates) - choices)
+        if unknown:
+            raise ValueError(f"--render_templates: {unknown} are not templates of the families {families}: "
+                             f"choose among {sorted(choices)}")
     tasks = [t for t in tasks if template(t) not in FLAGS.exclude_templates]
     sft = common.config_from_flags("bootstrap", dataclasses.replace(preset.bootstrap, seed=FLAGS.seed))
     model = nnx.jit(lambda: Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed)))()
