@@ -223,6 +223,41 @@ def test_terminal_outlives_the_thread_that_made_it(tb2):
         assert "survived" in sb.terminal().read_new_output()
 
 
+def test_sandboxes_start_together_while_a_killed_runs_dirs_are_swept(tb2):
+    """A run killed mid-rollout leaves `trsi-sbx-<pid>-*` dirs; the next run's sandboxes, started
+    from many threads at once, each sweep them. Every start must succeed (a sweep racing another
+    one used to fail 13 of 32 sandbox starts) and the dead run's dirs must be gone."""
+    import tempfile
+    from pathlib import Path
+
+    from trsi_jax.sandbox import disk
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = [tempfile.mkdtemp(prefix=f"trsi-sbx-{dead.pid}-") for _ in range(24)]
+    for d in stale:  # as a killed run leaves them: the root on its mounted disk where quotas work
+        if disk.available():
+            disk._make(Path(d), 64, 4096)  # noqa: SLF001 - the dir layout a sandbox start makes
+        os.makedirs(os.path.join(d, "root", "app"), exist_ok=True)
+    made, errors = [], []
+
+    def start():
+        try:
+            made.append(make_sandbox(tb2))
+        except Exception as e:  # noqa: BLE001 - the test reports every failed start
+            errors.append(repr(e))
+
+    workers = [threading.Thread(target=start) for _ in range(32)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for sb in made:
+        sb.close()
+    assert not errors, errors
+    assert not [d for d in stale if os.path.exists(d)]
+
+
 @pytest.mark.parametrize("script, strict, partial, reward", [
     ("echo 0.5 > /logs/verifier/reward.txt", False, 0.5, 0.5),
     ("echo 1 > /logs/verifier/reward.txt", True, 1.0, 1.0),

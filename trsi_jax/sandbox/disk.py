@@ -126,7 +126,11 @@ def acquire(size_mb: int, inodes: int, owner_prefix: str) -> Path:
 def release(sbx_dir: Path) -> None:
     """Unmount (lazily: never blocks on a busy mount) and delete a sandbox dir with its disk."""
     root = sbx_dir / ROOT
-    if root.is_mount():
+    try:
+        mounted = root.is_mount()
+    except FileNotFoundError:  # another process released it first
+        return
+    if mounted:
         subprocess.run(["umount", "-l", str(root)], capture_output=True)
     shutil.rmtree(sbx_dir, ignore_errors=True)
 

@@ -61,12 +61,18 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+_SWEEP_LOCK = threading.Lock()
+
+
 def _sweep_stale() -> None:
-    """Remove what sandboxes of dead processes (killed before `close`) left: root dirs and cgroups."""
-    for d in Path(tempfile.gettempdir()).glob("trsi-sbx-*-*"):
-        if not owner_alive(d.name.split("-")[2]):
-            disk.release(d)
-    Cgroup.sweep_stale()
+    """Remove what sandboxes of dead processes (killed before `close`) left: root dirs and cgroups.
+    One thread at a time: sandboxes start from many threads at once, and a dir removed under a
+    concurrent sweep's feet used to fail that sandbox's start."""
+    with _SWEEP_LOCK:
+        for d in Path(tempfile.gettempdir()).glob("trsi-sbx-*-*"):
+            if not owner_alive(d.name.split("-")[2]):
+                disk.release(d)
+        Cgroup.sweep_stale()
 
 
 class LocalSandbox(Sandbox):
