@@ -10,13 +10,15 @@ model.safetensors, tokenizer.json without a chat template, so the built-in Qwen 
 used) that `experiments.pipeline --init_hf=...` starts from, so `make demo` skips the bootstrap.
 With --eval_per_family > 0 it also prints held-out strict success of the result.
 
-Four levers shape what the base can do (all off by default, so the shipped base's command is unchanged):
+Five levers shape what the base can do (all off by default, so the shipped base's command is unchanged):
 `--render_per_family=N` adds N more train tasks per family whose oracle first replies are rendered
 without a sandbox (`bootstrap.rendered_example`; checked token for token against every verified
 demonstration first), `--render_templates` keeps only some templates among those (more examples of
 what the base finds hard), `--exclude_templates` leaves built-in templates out of the bootstrap entirely
-(the base then has something left to learn), and `--hint_fraction` shows that share of the
-examples under the `hint` harness, so the base learns to use the hint RSR's hint harness gives.
+(the base then has something left to learn), `--hint_fraction` shows that share of the
+examples under the `hint` harness, so the base learns to use the hint RSR's hint harness gives, and
+`--hint_only_templates` shows every example of some templates under it (the base knows them only
+with the hint: RSR's hint harness can collect them, the common harness at first cannot).
 """
 from __future__ import annotations
 
@@ -44,6 +46,8 @@ flags.DEFINE_list("exclude_templates", [], "built-in suite templates left out of
 flags.DEFINE_list("render_templates", [], "only these templates among the --render_per_family tasks "
                   "(default: all), to give the bootstrap more of what the base finds hard")
 flags.DEFINE_float("hint_fraction", 0.0, "share of the bootstrap examples shown under the `hint` harness")
+flags.DEFINE_list("hint_only_templates", [], "built-in suite templates whose bootstrap examples are all shown "
+                  "under the `hint` harness: the base learns them only with the hint RSR's hint harness gives")
 RENDER_CHUNK = 500  # rendered tasks per family built on disk at a time
 common.define_runtime_flags()
 common.define_config_flags("bootstrap", SFTConfig)
@@ -87,7 +91,7 @@ def render_all(data, tasks, tokenizer, work: str, families) -> tuple[list, dict]
     def render(batch):
         out = []
         for task in batch:
-            hint = rng.random() < FLAGS.hint_fraction
+            hint = rng.random() < FLAGS.hint_fraction or template(task) in FLAGS.hint_only_templates
             counts["hint_examples"] += hint
             out.append(rendered_example(task, harnesses["hint" if hint else "common"], screen, tokenizer))
         return out
@@ -135,19 +139,22 @@ def main(argv):
     if unknown:
         raise ValueError(f"--exclude_templates: {unknown} not among the templates of these train tasks: "
                          f"{sorted(known)} (raise --train_per_family if a template is rare)")
-    if FLAGS.render_templates:
+    if both := sorted(set(FLAGS.exclude_templates) & set(FLAGS.hint_only_templates)):
+        raise ValueError(f"{both} are in both --exclude_templates and --hint_only_templates: choose one")
+    if FLAGS.render_templates or FLAGS.hint_only_templates:
         choices = family_templates(families)
-        unknown = sorted(set(FLAGS.render_templates) - choices)
-        if unknown:
-            raise ValueError(f"--render_templates: {unknown} are not templates of the families {families}: "
-                             f"choose among {sorted(choices)}")
+        for name in ("render_templates", "hint_only_templates"):
+            unknown = sorted(set(FLAGS[name].value) - choices)
+            if unknown:
+                raise ValueError(f"--{name}: {unknown} are not templates of the families {families}: "
+                                 f"choose among {sorted(choices)}")
     tasks = [t for t in tasks if template(t) not in FLAGS.exclude_templates]
     sft = common.config_from_flags("bootstrap", dataclasses.replace(preset.bootstrap, seed=FLAGS.seed))
     model = nnx.jit(lambda: Qwen(cfg, rngs=nnx.Rngs(FLAGS.seed)))()
     data = demonstrations(tasks, tokenizer, preset.backend, sft.max_len)
     require_verified(data)
     examples, counts = data.examples, {}
-    if FLAGS.render_per_family or FLAGS.hint_fraction:
+    if FLAGS.render_per_family or FLAGS.hint_fraction or FLAGS.hint_only_templates:
         examples, counts = render_all(data, tasks, tokenizer, work, families)
     result = train_bootstrap(model, examples, tokenizer, sft, os.path.join(work, "base"))
     summary = dict(bootstrap_summary(data, len(tasks), len(examples), result), **counts)
@@ -162,7 +169,7 @@ def main(argv):
                        "train_per_family": FLAGS.train_per_family, "render_per_family": FLAGS.render_per_family,
                        "exclude_templates": list(FLAGS.exclude_templates),
                        "render_templates": list(FLAGS.render_templates), "hint_fraction": FLAGS.hint_fraction,
-                       "sft": dataclasses.asdict(sft),
+                       "hint_only_templates": list(FLAGS.hint_only_templates), "sft": dataclasses.asdict(sft),
                        "bootstrap": summary}, f, indent=1)
     if FLAGS.eval_per_family:
         from trsi_jax.pipeline.evaluate import evaluate_policy

@@ -2,7 +2,7 @@
 import pytest
 
 from sandboxes.suite import build_suite
-from trsi_jax.agent import format_reply
+from trsi_jax.agent import format_reply, parse_reply
 from trsi_jax.rollout import ByteTokenizer, Budgets, ScriptedPolicy, encode_chat
 from trsi_jax.rsr.critic import LeakScanCritic, ModelCritic, parse_verdict, review_with_revision
 from trsi_jax.rsr.executor import deterministic_executor, replay
@@ -141,6 +141,19 @@ def test_replays_run_in_fresh_sandboxes(task):
         assert "MARK-ABSENT" in observations and "MARK-FOUND" not in observations.replace("echo MARK-FOUND", "")
         assert "RUNBOOK" not in "".join(m["content"] for m in ep.messages)  # context never recorded
         assert ep.num_turns >= 3
+
+
+def test_one_reply_executor_sends_every_command_then_confirms(task):
+    rb = Runbook("probe", (Milestone("look for the marker", "test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT"),
+                           Milestone("think"), Milestone("leave a marker", "touch /app/.marker")))
+    (group,) = replay(deterministic_executor(TOK, one_reply=True), [task], [rb], m=1, backend="local",
+                      budgets=Budgets(max_turns=6, max_tokens=20000))
+    (ep,) = group
+    replies = [parse_reply(m["content"]) for m in ep.messages if m["role"] == "assistant"]
+    assert [[c.keystrokes for c in r.commands] for r in replies] == [
+        ["test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT\n", "touch /app/.marker\n"], []]
+    assert all(r.task_complete for r in replies) and ep.num_turns == 2
+    assert "MARK-ABSENT" in ep.messages[3]["content"]
 
 
 def test_sft_examples_drop_runbook_context_and_keep_clean_replays(task):

@@ -256,7 +256,8 @@ class RSRConfig:
     seed: int = 0
     roles: str = "deterministic"  # planner/critic/executor: "model" (the policy, prompted) | "deterministic"
     # The executor alone: "" follows `roles`. "model" replays runbooks with the policy itself, so the
-    # SFT data is in the policy's own words even where planner and critic are rule-based.
+    # SFT data is in the policy's own words even where planner and critic are rule-based;
+    # "deterministic_one_reply" sends every runbook command in one reply (the bootstrap's format).
     executor: str = ""
     # Collect: samples_per_task episodes per task under each harness (paper: H = 3).
     harnesses: tuple[str, ...] = ("common", "verifier_feedback", "retry")
@@ -281,8 +282,9 @@ class RSRConfig:
     def __post_init__(self):
         if self.roles not in ("model", "deterministic"):
             raise ValueError(f"RSRConfig.roles must be 'model' or 'deterministic', got {self.roles!r}")
-        if self.executor not in ("", "model", "deterministic"):
-            raise ValueError(f"RSRConfig.executor must be '', 'model' or 'deterministic', got {self.executor!r}")
+        if self.executor not in ("", "model", "deterministic", "deterministic_one_reply"):
+            raise ValueError(f"RSRConfig.executor must be '', 'model', 'deterministic' or 'deterministic_one_reply', "
+                             f"got {self.executor!r}")
         if not self.harnesses or "common" not in self.harnesses:
             raise ValueError(f"RSRConfig.harnesses must include 'common' (the test-time harness), got "
                              f"{self.harnesses!r}")

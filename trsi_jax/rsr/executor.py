@@ -3,7 +3,8 @@
 `run_episodes` gives every replay its own fresh sandbox and shows the rendered runbook as
 context that is absent from the recorded messages and tokens. The model executor samples the policy
 (paper: temperature 0.7) as a `ModelPolicy`; the deterministic executor is a `ScriptedPolicy` that reads the runbook
-from its context and sends one milestone command per turn, then confirms completion.
+from its context and sends one milestone command per turn (or, as "deterministic_one_reply", every
+command in its first reply), then confirms completion.
 """
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ def follow_runbook(conversation: list[dict]) -> str:
     return format_reply([], task_complete=True, analysis="Every milestone is done.", plan="Finish.")
 
 
+def follow_runbook_in_one_reply(conversation: list[dict]) -> str:
+    """Every milestone's command in the first reply, then the confirmation: the bootstrap's own
+    reply format, so SFT on these replays teaches a tiny policy new tasks without teaching it a
+    new way of answering (one milestone per turn did: held-out turn limits went from 0 to 28 of 80)."""
+    rb = _runbook_in(conversation)
+    if any(m["role"] == "assistant" for m in conversation):
+        return format_reply([], task_complete=True)
+    return format_reply([(m.command + "\n", 1.0) for m in rb.milestones if m.command], task_complete=True)
+
+
 def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, budgets: Budgets,
            show_progress: bool = False, concurrency: int = 8) -> list[list[Episode]]:
     """M replays per (task, runbook) pair under the common harness, each in a fresh sandbox."""
@@ -43,5 +54,5 @@ def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, bu
     return [episodes[i * m:(i + 1) * m] for i in range(len(tasks))]
 
 
-def deterministic_executor(tokenizer) -> ScriptedPolicy:
-    return ScriptedPolicy(follow_runbook, tokenizer)
+def deterministic_executor(tokenizer, one_reply: bool = False) -> ScriptedPolicy:
+    return ScriptedPolicy(follow_runbook_in_one_reply if one_reply else follow_runbook, tokenizer)

@@ -144,7 +144,8 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
     if not _done(os.path.join(replay_dir, ".done")):
         os.makedirs(replay_dir, exist_ok=True)
         executor = (model_policy(cfg.replay_temperature, cfg.max_new_tokens, 3)
-                    if (cfg.executor or cfg.roles) == "model" else deterministic_executor(tokenizer))
+                    if (cfg.executor or cfg.roles) == "model"
+                    else deterministic_executor(tokenizer, one_reply=cfg.executor == "deterministic_one_reply"))
         episodes, index = [], []
         if accepted:
             groups = replay(executor, [by_id[r["task_id"]] for r in accepted],
