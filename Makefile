@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test install install-test system-demo system-test toolchain clean
+.PHONY: demo test base install install-test system-demo system-test toolchain clean
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -33,6 +33,15 @@ toolchain: install
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
 demo: system-demo install toolchain
 	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --preset=demo --init_hf=trsi_jax/assets/tiny_base --workdir=runs/demo
+
+# Re-make the shipped base (trsi_jax/assets/tiny_base) from seed 0: ~15 min on 2 cores.
+BASE_FLAGS := --model_cfg.full_attention_interval=2 --model_cfg.partial_rotary_factor=1.0 \
+	--model_cfg.rope_theta=10000 --model_cfg.head_dim=32 --model_cfg.num_kv_heads=4 \
+	--bootstrap.optim.total_steps=1500 --bootstrap.optim.warmup_steps=75 --bootstrap.batch_size=8 \
+	--render_per_family=1000 --hint_fraction=0.1 --hint_only_templates=status_report,extract_emails,sort_by_extension
+base: system-demo install toolchain
+	JAX_PLATFORMS=cpu $(PY) -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base \
+		--workdir=runs/make_base --eval_per_family=20 $(BASE_FLAGS)
 
 # The whole test suite, slow tests included.
 test: system-test install-test toolchain

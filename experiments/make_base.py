@@ -1,6 +1,7 @@
 """Produces the shipped tiny base policy (`trsi_jax/assets/tiny_base/`) from a seed.
 
-    python -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base
+    make base   # the shipped base's exact flags (Makefile BASE_FLAGS; also in its make_base.json)
+    python -m experiments.make_base --seed=0 --out=DIR [--model_cfg.* --bootstrap.* levers below]
 
 Bootstrap = the `--preset`'s bootstrap SFT (steps, batch, learning rate; data order `--seed`;
 `--bootstrap.*` overrides any of it) of a randomly initialised `tiny` model (init seed `--seed`)
@@ -10,7 +11,7 @@ model.safetensors, tokenizer.json without a chat template, so the built-in Qwen 
 used) that `experiments.pipeline --init_hf=...` starts from, so `make demo` skips the bootstrap.
 With --eval_per_family > 0 it also prints held-out strict success of the result.
 
-Five levers shape what the base can do (all off by default, so the shipped base's command is unchanged):
+Five levers shape what the base can do (all off by default):
 `--render_per_family=N` adds N more train tasks per family whose oracle first replies are rendered
 without a sandbox (`bootstrap.rendered_example`; checked token for token against every verified
 demonstration first), `--render_templates` keeps only some templates among those (more examples of

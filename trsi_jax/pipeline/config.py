@@ -42,12 +42,16 @@ def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> 
     verifier-path and expected-output checks are unchanged. Learning rates (set by `_tiny`) stay
     near the bootstrap's final 3e-4 or below: a fresh AdamW moves every weight by about lr per
     step, and at 1e-3 thirty steps moved the tiny base's weights by 10-20% of their size and
-    left it writing broken JSON (held-out strict 0.425 -> 0.000). `executor="model"`: the policy itself
-    replays the rule-based planner's runbooks, so RSR's SFT data is in its own format (the rule-based
-    executor's one-command-per-milestone replies started at loss 2.8 and unlearned the base)."""
+    left it writing broken JSON (held-out strict 0.425 -> 0.000). The `hint` harness collects what the
+    shipped base knows only with the hint (its `--hint_only_templates`). `executor="deterministic_one_reply"`:
+    a rule-based executor replays the runbooks in the bootstrap's reply format (all commands, then
+    the confirmation). The tiny policy cannot read a runbook (as executor it verified none of the
+    hint-only templates), and one milestone per turn taught it a new answer style (held-out strict
+    0.237 -> 0.175, 28 of 80 episodes at the turn limit); in one reply RSR-1 rose to 0.287."""
     return dataclasses.replace(
-        rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry"), samples_per_task=1,
-        collect_temperature=0.7, runbooks_per_success=2, replays=2, revision_rounds=2, leak_ngram=32, executor="model",
+        rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry", "hint"), samples_per_task=1,
+        collect_temperature=0.7, runbooks_per_success=2, replays=2, revision_rounds=2, leak_ngram=32,
+        executor="deterministic_one_reply",
         sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps),
                       batch_size=batch, max_len=episode["max_len"], pad_multiple=128, eval_fraction=0.0,
                       checkpoint_every=sft_steps, log_every=5), **episode)
