@@ -8,7 +8,7 @@ from trsi_jax.rsr.critic import LeakScanCritic, ModelCritic, parse_verdict, revi
 from trsi_jax.rsr.executor import deterministic_executor, replay
 from trsi_jax.rsr.planner import DeterministicPlanner, ModelPlanner, derive_runbook
 from trsi_jax.rsr.runbook import Milestone, Runbook, RunbookParseError, parse
-from trsi_jax.rsr.sft_data import build_examples, contamination
+from trsi_jax.rsr.sft_data import DUPLICATE, build_examples, contamination
 from trsi_jax.tasks import load_task
 
 TOK = ByteTokenizer()
@@ -42,7 +42,7 @@ SORT = 'cd /app/inbox; for f in *; do x=$(echo "${f##*.}" | tr A-Z a-z); mkdir -
 def test_runbook_render_parse_round_trip():
     rb = Runbook("All files sorted.", (
         Milestone("Write the script", "python3 -c 'import os\nfor f in os.listdir(\".\"):\n    print(f)'", "a.txt"),
-        Milestone("Look around", "ls -la"), Milestone("Think")),
+        Milestone("Look around", "ls -la", wait=0.5), Milestone("Build", "make -j2", wait=120.0), Milestone("Think")),
         checks=("ls shows it",), recovery=("retry with sudo",), pitfalls=("do not delete",))
     assert parse(rb.render()) == rb
     assert parse("chatter before\n" + rb.render()) == rb
@@ -62,9 +62,30 @@ def test_deterministic_planner_derives_milestones_checks_pitfalls(task):
     assert any("nothing.txt" in p and "No such file" in p for p in rb.pitfalls)
     assert rb.recovery and SORT.split()[0] in rb.recovery[0]
     assert any("ls /app/sorted" in c for c in rb.checks)
+    assert all(m.wait == 1.0 for m in rb.milestones)
     plans = DeterministicPlanner().plan([(task, _Ep(task, msgs))], k=4)[0]
     renders = [p.runbook.render() for p in plans]
     assert 2 <= len(renders) <= 4 and len(set(renders)) == len(renders)  # K variants, no duplicates
+
+
+def test_planner_keeps_waits_and_leaves_out_what_a_confirmation_sent(task):
+    """The agent solves, claims completion, then confirms while sending a stray command: the
+    runbook holds the work with the agent's waits, not the stray command. After a verifier's
+    answer to a confirmation, the next claim is a first claim again: its commands stay."""
+    confirm = "New terminal output:\n\nYou set task_complete. If the task is really done, reply again."
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Task"},
+            {"role": "assistant", "content": format_reply([("cd /app\n", 0.5), (SORT + "\n", 2.0)], task_complete=True)},
+            {"role": "user", "content": confirm},
+            {"role": "assistant", "content": format_reply([("rm -rf /app/docs\n", 2.0)], task_complete=True)},
+            {"role": "user", "content": "The verifier says: 1 test failed."},
+            {"role": "assistant", "content": "not json"},
+            {"role": "user", "content": "Your reply could not be used"},
+            {"role": "assistant", "content": format_reply([("ls /app/sorted\n", 1.5)], task_complete=True)},
+            {"role": "user", "content": confirm},
+            {"role": "assistant", "content": format_reply([], task_complete=True)}]
+    rb = derive_runbook(task, msgs)
+    assert [(m.command, m.wait) for m in rb.milestones] == [("cd /app", 0.5), (SORT, 2.0), ("ls /app/sorted", 1.5)]
+    assert parse(rb.render()) == rb
 
 
 def test_leaking_runbook_is_rejected_then_revised_and_clean_one_passes(task):
@@ -144,14 +165,14 @@ def test_replays_run_in_fresh_sandboxes(task):
 
 
 def test_one_reply_executor_sends_every_command_then_confirms(task):
-    rb = Runbook("probe", (Milestone("look for the marker", "test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT"),
-                           Milestone("think"), Milestone("leave a marker", "touch /app/.marker")))
+    rb = Runbook("probe", (Milestone("look for the marker", "test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT",
+                                     wait=0.5), Milestone("think"), Milestone("leave a marker", "touch /app/.marker", wait=2.0)))
     (group,) = replay(deterministic_executor(TOK, one_reply=True), [task], [rb], m=1, backend="local",
                       budgets=Budgets(max_turns=6, max_tokens=20000))
     (ep,) = group
     replies = [parse_reply(m["content"]) for m in ep.messages if m["role"] == "assistant"]
-    assert [[c.keystrokes for c in r.commands] for r in replies] == [
-        ["test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT\n", "touch /app/.marker\n"], []]
+    assert [[(c.keystrokes, c.duration) for c in r.commands] for r in replies] == [
+        [("test -e /app/.marker && echo MARK-FOUND || echo MARK-ABSENT\n", 0.5), ("touch /app/.marker\n", 2.0)], []]
     assert all(r.task_complete for r in replies) and ep.num_turns == 2
     assert "MARK-ABSENT" in ep.messages[3]["content"]
 
@@ -172,8 +193,9 @@ def test_sft_examples_drop_runbook_context_and_keep_clean_replays(task):
     replays = [{"episode": _Ep(task, m), "runbook": rb} for m in (clean, leaked_ctx, pitfall_ctx, cheating)]
     replays.append({"episode": _Ep(task, clean, strict=False), "runbook": rb})  # unverified: never used
     replays.append({"episode": _Ep(task, clean, outcome="verifier_error"), "runbook": rb})  # no result: never used
+    replays.append({"episode": _Ep(task, [dict(m) for m in clean]), "runbook": rb})  # a second identical replay
     examples, dropped = build_examples(replays, {task.task_id: scanner}, TOK)
-    assert len(examples) == 1 and len(dropped) == 3
+    assert len(examples) == 1 and len(dropped) == 4 and dropped[-1]["reasons"] == [DUPLICATE]
     enc = encode_chat(clean, TOK)
     assert examples[0]["tokens"] == enc.tokens_T.tolist() and examples[0]["loss_mask"] == enc.policy_mask_T.tolist()
 

@@ -60,7 +60,8 @@ def test_rsr_stage_end_to_end_and_resume(tmp_path):
     rb = report["runbooks"]
     assert rb["written"] == rb["accepted"] + rb["rejected"] and rb["accepted"] > 0
     assert report["replays"]["run"] == 2 * rb["accepted"] and report["replays"]["verified"] > 0
-    assert report["sft_examples"] == report["replays"]["verified"] - report["sft_examples_dropped"] > 0
+    assert report["sft_examples"] == (report["replays"]["verified"] - report["sft_examples_dropped"]
+                                      - report["sft_examples_duplicates"]) > 0
     assert report["rewrite_ratio"] == report["sft_examples"] / 4
     assert json.loads((work / "report.json").read_text()) == report
     for marker in ("collect/.done", "runbooks.done", "replays/.done", "sft_data/.done", "sft.done"):

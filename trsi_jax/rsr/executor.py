@@ -4,7 +4,7 @@
 context that is absent from the recorded messages and tokens. The model executor samples the policy
 (paper: temperature 0.7) as a `ModelPolicy`; the deterministic executor is a `ScriptedPolicy` that reads the runbook
 from its context and sends one milestone command per turn (or, as "deterministic_one_reply", every
-command in its first reply), then confirms completion.
+command in its first reply), each with the runbook's wait, then confirms completion.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def follow_runbook(conversation: list[dict]) -> str:
     done = sum(m["role"] == "assistant" for m in conversation)
     if done < len(steps):
         step = steps[done]
-        return format_reply([(step.command + "\n", 1.0)], analysis=f"Milestone {done + 1} of {len(steps)}.",
+        return format_reply([(step.command + "\n", step.wait)], analysis=f"Milestone {done + 1} of {len(steps)}.",
                             plan=step.description)
     return format_reply([], task_complete=True, analysis="Every milestone is done.", plan="Finish.")
 
@@ -41,7 +41,7 @@ def follow_runbook_in_one_reply(conversation: list[dict]) -> str:
     rb = _runbook_in(conversation)
     if any(m["role"] == "assistant" for m in conversation):
         return format_reply([], task_complete=True)
-    return format_reply([(m.command + "\n", 1.0) for m in rb.milestones if m.command], task_complete=True)
+    return format_reply([(m.command + "\n", m.wait) for m in rb.milestones if m.command], task_complete=True)
 
 
 def replay(policy, tasks: Sequence, runbooks: Sequence, m: int, backend: str, budgets: Budgets,

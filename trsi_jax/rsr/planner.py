@@ -42,22 +42,32 @@ class Turn:
     plan: str
     commands: tuple[str, ...]
     observation: str
+    waits: tuple[float, ...] = ()  # each command's duration
+    confirms: bool = False  # the reply confirmed a completion the agent had already claimed
 
 
 def episode_turns(messages: Sequence[dict]) -> list[Turn]:
-    """(plan, commands, next observation) for every parsable assistant turn of an episode."""
-    turns = []
+    """(plan, commands, next observation, waits, confirms) for every parsable assistant turn.
+
+    `confirms` follows the common harness: a task_complete reply right after another one is
+    the confirmation; an unparsable or unfinished reply, or a verifier's answer to the
+    confirmation, makes the next claim a first claim again."""
+    turns, pending = [], False
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
             continue
         try:
             reply = parse_reply(m["content"])
         except ReplyError:
+            pending = False
             continue
+        confirms = reply.task_complete and pending
+        pending = reply.task_complete and not pending
         nxt = messages[i + 1]["content"] if i + 1 < len(messages) and messages[i + 1]["role"] == "user" else ""
         nxt = nxt.split("New terminal output:\n", 1)[-1] if "New terminal output:" in nxt else ""
-        commands = tuple(c.keystrokes.rstrip("\n") for c in reply.commands if c.keystrokes.strip())
-        turns.append(Turn(reply.plan.strip(), commands, nxt.strip()))
+        sent = [c for c in reply.commands if c.keystrokes.strip()]
+        turns.append(Turn(reply.plan.strip(), tuple(c.keystrokes.rstrip("\n") for c in sent), nxt.strip(),
+                          tuple(c.duration for c in sent), confirms))
     return turns
 
 
@@ -75,14 +85,16 @@ def _excerpt(text: str, limit: int = 160) -> str:
 
 
 def derive_runbook(task, messages: Sequence[dict], variant: int = 0) -> Runbook:
-    """A runbook from what the agent did: every command in order as a milestone, read-only
-    commands also as checks, failed commands as pitfalls with the command that followed as the
-    recovery. `variant` varies the detail (observations, checks) so K runbooks differ."""
-    turns = episode_turns(messages)
+    """A runbook from what the agent did: every command in order as a milestone (with the wait
+    the agent gave it), read-only commands also as checks, failed commands as pitfalls with the
+    command that followed as the recovery. Commands sent with a confirmation are left out: by the
+    agent's own word the work was done before it (a replay that needed them fails verification
+    and yields no data). `variant` varies the detail (observations, checks) so K runbooks differ."""
+    turns = [t for t in episode_turns(messages) if not t.confirms]
     milestones, checks, recovery, pitfalls = [], [], [], []
     with_observed = variant % 2 == 0
-    flat = [(t, c) for t in turns for c in t.commands]
-    for idx, (turn, cmd) in enumerate(flat):
+    flat = [(t, c, w) for t in turns for c, w in zip(t.commands, t.waits)]
+    for idx, (turn, cmd, wait) in enumerate(flat):
         failed = bool(_ERROR.search(_output_only(turn))) and cmd == turn.commands[-1]
         desc = turn.plan if turn.plan and variant < 2 else f"Run `{cmd.splitlines()[0][:80]}`"
         observed = _excerpt(turn.observation) if with_observed and cmd == turn.commands[-1] else ""
@@ -92,7 +104,7 @@ def derive_runbook(task, messages: Sequence[dict], variant: int = 0) -> Runbook:
             if idx + 1 < len(flat):
                 recovery.append(f"If it fails with '{err}', continue with `{flat[idx + 1][1].splitlines()[0][:80]}`")
             continue
-        milestones.append(Milestone(desc, cmd, observed))
+        milestones.append(Milestone(desc, cmd, observed, wait))
         if _READ_ONLY.match(cmd) and variant != 3:
             checks.append(f"`{cmd.splitlines()[0][:80]}` shows the expected state")
     target = " ".join(task.instruction.split())
@@ -116,7 +128,7 @@ def revise_runbook(rb: Runbook, findings: Sequence[Finding]) -> Runbook:
         if m.command and _scrub(m.command, spans) != m.command:
             continue  # the command itself is flagged (paraphrasing a command would change it)
         desc = _scrub(m.description, spans) or "Continue"
-        milestones.append(Milestone(desc, m.command, _scrub(m.observed, spans) or ""))
+        milestones.append(dataclasses.replace(m, description=desc, observed=_scrub(m.observed, spans) or ""))
 
     def keep(items):
         return tuple(x for x in (_scrub(t, spans) for t in items) if x)

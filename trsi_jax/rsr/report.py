@@ -5,6 +5,8 @@ import collections
 import json
 from typing import Sequence
 
+from trsi_jax.rsr.sft_data import DUPLICATE
+
 PAPER_REWRITE_RATIO = 11094 / 2001  # trajectories per success in the paper
 
 
@@ -51,7 +53,8 @@ def build_report(stage: int, coverage: dict, successes: int, records: Sequence[d
         "replays": {"run": replays, "verified": verified, "infra_failures": replay_infra_failures},
         "infra_failures": sum(coverage.get("infra_failures", {}).values()) + replay_infra_failures,
         "sft_examples": examples,
-        "sft_examples_dropped": len(dropped),
+        "sft_examples_dropped": sum(d["reasons"] != [DUPLICATE] for d in dropped),
+        "sft_examples_duplicates": sum(d["reasons"] == [DUPLICATE] for d in dropped),
         "rewrite_ratio": examples / successes if successes else None,
         "paper_rewrite_ratio": PAPER_REWRITE_RATIO,
         "sft": sft,
@@ -76,6 +79,7 @@ def format_table(report: dict) -> str:
              ("replays run", report["replays"]["run"]), ("replays verified", report["replays"]["verified"]),
              ("infra failures (left out)", report["infra_failures"]),
              ("SFT examples", report["sft_examples"]), ("SFT examples dropped", report["sft_examples_dropped"]),
+             ("SFT duplicates left out", report.get("sft_examples_duplicates", 0)),
              ("rewritten / successes", "n/a" if ratio is None else f"{ratio:.2f}"),
              ("paper: rewritten / successes", f"{report['paper_rewrite_ratio']:.2f} (11094 / 2001)")]
     if report.get("sft"):

@@ -2,7 +2,7 @@
 
 A runbook tells an executor how to reach the task's end state without being the solution
 file: the target end state, ordered milestones (what to achieve, the command that achieved it,
-what the terminal showed), checks, recovery steps and pitfalls. The rendered text is what the
+how long its output took, what the terminal showed), checks, recovery steps and pitfalls. The rendered text is what the
 critic reviews and what the executor sees as context; `parse` reads it back (model planners
 write this format, the deterministic executor reads its steps from it).
 """
@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 HEADER = "RUNBOOK"
-_SECTIONS = ("Target end state", "Milestones", "Checks", "Recovery", "Pitfalls")
+_WAIT = re.compile(r"^\(wait ([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?) s\)$")
 
 
 class RunbookParseError(ValueError):
@@ -24,6 +24,7 @@ class Milestone:
     description: str
     command: str = ""  # keystrokes without the trailing newline ("" = no command)
     observed: str = ""  # what the terminal showed after the command (short excerpt)
+    wait: float = 1.0  # seconds the agent waited for the command's output (its reply's duration)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Runbook:
             lines.append(f"{i}. {_one_line(m.description)}")
             for cmd_line in m.command.split("\n") if m.command else ():
                 lines.append(f"   $ {cmd_line}")
+            if m.command:
+                lines.append(f"   (wait {m.wait:g} s)")
             if m.observed:
                 lines.append(f"   -> {_one_line(m.observed)}")
         for title, items in (("Checks", self.checks), ("Recovery", self.recovery), ("Pitfalls", self.pitfalls)):
@@ -79,11 +82,13 @@ def parse(text: str) -> Runbook:
         if section == "Milestones":
             step = re.match(r"^(\d+)[.)]\s*(.*)$", stripped)
             if step:
-                milestones.append({"description": step.group(2).strip(), "command": [], "observed": ""})
+                milestones.append({"description": step.group(2).strip(), "command": [], "observed": "", "wait": 1.0})
             elif not milestones:
                 raise RunbookParseError(f"milestone detail before the first numbered milestone: {stripped!r}")
             elif stripped.startswith("$"):
                 milestones[-1]["command"].append(re.match(r"^\s*\$ ?(.*)$", line).group(1))
+            elif wait := _WAIT.match(stripped):
+                milestones[-1]["wait"] = float(wait.group(1))
             elif stripped.startswith("->"):
                 milestones[-1]["observed"] = stripped[2:].strip()
             else:
@@ -96,7 +101,7 @@ def parse(text: str) -> Runbook:
         raise RunbookParseError("missing 'Target end state:'")
     if not milestones:
         raise RunbookParseError("no numbered milestones under 'Milestones:'")
-    return Runbook(target, tuple(Milestone(m["description"], "\n".join(m["command"]), m["observed"])
+    return Runbook(target, tuple(Milestone(m["description"], "\n".join(m["command"]), m["observed"], m["wait"])
                                  for m in milestones),
                    tuple(lists["Checks"]), tuple(lists["Recovery"]), tuple(lists["Pitfalls"]))
 

@@ -7,7 +7,8 @@ runbook prose (milestone descriptions, checks, recovery, pitfalls) in a system o
 and no test or solution text (n-gram overlap, verifier paths) in what the assistant wrote. Terminal
 output is not scanned: the sandbox holds neither tests nor solution while the agent acts, so an
 output equal to a test's expectation is the agent's own correct result. A replay that fails a
-check is dropped with the reason.
+check is dropped with the reason, and so is one whose messages repeat an earlier example's (a
+deterministic executor replays a runbook identically; copies would only re-weight tasks).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from trsi_jax.rsr.runbook import HEADER, Runbook
 from trsi_jax.train.data import SFTExample
 
 _MIN_PROSE = 20  # shorter runbook strings ("Finish.") are too generic to call a leak
+DUPLICATE = "identical to an earlier example"
 
 
 def contamination(messages: Sequence[dict], runbook: Runbook, scanner: LeakScanner) -> list[str]:
@@ -55,13 +57,15 @@ def _reply_fields(content: str) -> list[str]:
 def build_examples(replays: Sequence[dict], scanners: dict, tokenizer) -> tuple[list[dict], list[dict]]:
     """(examples, dropped) from replay records {"task_id", "runbook", "episode"}; only strict
     successes count. An example is {"task_id", "source_harness", "messages", "tokens", "loss_mask"}."""
-    examples, dropped = [], []
+    examples, dropped, seen = [], [], set()
     for rec in replays:
         ep = rec["episode"]
         if not ep.strict or is_infra_failure(ep):  # only verified successes of a working sandbox
             continue
         messages = [{"role": m["role"], "content": m["content"]} for m in ep.messages]
-        reasons = contamination(messages, rec["runbook"], scanners[ep.task_id])
+        key = json.dumps(messages)
+        reasons = [DUPLICATE] if key in seen else contamination(messages, rec["runbook"], scanners[ep.task_id])
+        seen.add(key)
         if reasons:
             dropped.append({"task_id": ep.task_id, "reasons": reasons})
             continue
