@@ -106,6 +106,8 @@ def targets(evals: list[dict], rsrs: list[dict]) -> str:
              lambda m: m > 0),
         line("RSR-1 runbooks accepted after a critic rejection >= 1",
              [r["runbooks"]["accepted_after_revision"] for r in rsr1], lambda m: m >= 1),
+        line("  of those, with a verified replay (not a target) >= 1",
+             [r["runbooks"].get("revised_verified", 0) for r in rsr1], lambda m: m >= 1),
     ])
 
 

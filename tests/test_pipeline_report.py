@@ -16,7 +16,8 @@ def _eval(strict, process, files, infra=0):
 def _rsr(union, common, written, rejected, revisions, accepted, after):
     return {"coverage": {"tasks": 10, "per_harness": {"common": common, "retry": union - 1}, "union": union},
             "successes": union + 2, "runbooks": {"written": written, "rejected": rejected, "revisions": revisions,
-                                                  "accepted": accepted, "accepted_after_revision": after},
+                                                  "accepted": accepted, "accepted_after_revision": after,
+                                                  "revised_verified": after},
             "replays": {"verified": 5}, "sft_examples": 4, "infra_failures": 1}
 
 
@@ -45,7 +46,7 @@ def test_tables_one_run_and_over_seeds():
     row = dict(zip(header, [c.strip() for c in rsr[3].split(" | ")]))
     assert row == {"stage": "rsr-1", "tasks": "10", "common": "3", "retry": "3", "union": "4", "successes": "6",
                    "written": "8", "rejected": "1", "revised": "2", "accepted": "7", "after revision": "1",
-                   "replays ok": "5", "SFT": "4", "infra": "1"}
+                   "revised+verified": "1", "replays ok": "5", "SFT": "4", "infra": "1"}
 
 
 def test_stage_line_and_plot(tmp_path):

@@ -12,7 +12,7 @@ from sandboxes.suite import build_suite
 from trsi_jax.agent import format_reply
 from trsi_jax.config import MeshConfig, OptimConfig, RSRConfig, SFTConfig, model_preset
 from trsi_jax.models import Qwen
-from trsi_jax.rollout import ByteTokenizer, ScriptedPolicy
+from trsi_jax.rollout import ByteTokenizer, ScriptedPolicy, load_episodes
 from trsi_jax.rsr.stage import run_rsr
 from trsi_jax.tasks import load_task
 from trsi_jax.train.checkpoint import restore_policy
@@ -67,8 +67,15 @@ def test_rsr_stage_end_to_end_and_resume(tmp_path):
     for marker in ("collect/.done", "runbooks.done", "replays/.done", "sft_data/.done", "sft.done"):
         assert (work / marker).exists(), marker
 
-    # SFT data: no runbook, test or solution text, loss only on assistant tokens.
+    # Revised runbooks count as useful only where a replay of theirs verified.
     runbooks = [json.loads(line) for line in open(work / "runbooks.jsonl")]
+    accepted = [r for r in runbooks if r["accepted"]]
+    index = [json.loads(line) for line in open(work / "replays" / "index.jsonl")]
+    verified = {ix["runbook"] for ep, ix in zip(load_episodes(str(work / "replays" / "episodes")), index) if ep.strict}
+    assert rb["revised_verified"] == sum(len(accepted[i]["history"]) > 1 for i in verified)
+    assert rb["revised_verified"] <= rb["accepted_after_revision"]
+
+    # SFT data: no runbook, test or solution text, loss only on assistant tokens.
     by_id = {t.task_id: t for t in tasks}
     for line in open(work / "sft_data" / "examples.jsonl"):
         ex = json.loads(line)

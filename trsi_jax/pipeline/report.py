@@ -75,17 +75,18 @@ def eval_table(runs: Sequence[Run]) -> str:
 
 
 RUNBOOK_COLUMNS = (("written", "written"), ("rejected", "rejected"), ("revisions", "revised"),
-                   ("accepted", "accepted"), ("accepted_after_revision", "after revision"))
+                   ("accepted", "accepted"), ("accepted_after_revision", "after revision"),
+                   ("revised_verified", "revised+verified"))
 RSR_LEGEND = ("train tasks solved per harness and by their union | successes | runbooks: written, rejected "
-              "for good, revisions, accepted, accepted after a revision | verified replays | SFT examples | "
-              "infrastructure failures")
+              "for good, revisions, accepted, accepted after a revision, of those with a verified replay | "
+              "verified replays | SFT examples | infrastructure failures")
 
 
 def rsr_table(runs: Sequence[Run]) -> str:
     """RSR stages, rows = stages: tasks solved per harness and by their union, successes, the
     runbook funnel (written, rejected by the critic for good, revisions, accepted, accepted
-    after a revision), verified replays, SFT examples and infrastructure failures; a legend
-    line first."""
+    after a revision, of those with a verified replay), verified replays, SFT examples and
+    infrastructure failures; a legend line first."""
     stages = _stages(runs)
     if not stages:
         return "(no RSR stages)"
@@ -99,7 +100,7 @@ def rsr_table(runs: Sequence[Run]) -> str:
         row = [stage, get(lambda r: r["coverage"]["tasks"])]
         row += [get(lambda r, h=h: r["coverage"]["per_harness"].get(h, 0)) for h in harnesses]
         row += [get(lambda r: r["coverage"]["union"]), get(lambda r: r["successes"])]
-        row += [get(lambda r, k=k: r["runbooks"][k]) for k, _ in RUNBOOK_COLUMNS]
+        row += [get(lambda r, k=k: r["runbooks"].get(k, 0)) for k, _ in RUNBOOK_COLUMNS]
         row += [get(lambda r: r["replays"]["verified"]), get(lambda r: r["sft_examples"]),
                 get(lambda r: r.get("infra_failures", 0))]
         rows.append(row)

@@ -27,7 +27,9 @@ def reason_kind(source: str, reason: str) -> str:
 
 def build_report(stage: int, coverage: dict, successes: int, records: Sequence[dict], plan_failures: int,
                  replays: int, verified: int, examples: int, dropped: Sequence[dict], sft: dict | None,
-                 replay_infra_failures: int = 0) -> dict:
+                 replay_infra_failures: int = 0, revised_verified: int = 0) -> dict:
+    """`revised_verified`: runbooks accepted after a revision that at least one replay verified (a
+    revision that had to drop the very command that did the work is accepted but useless)."""
     by_reason: collections.Counter = collections.Counter()
     revisions = 0
     for rec in records:
@@ -46,6 +48,7 @@ def build_report(stage: int, coverage: dict, successes: int, records: Sequence[d
             "plan_failures": plan_failures,
             "accepted": accepted,
             "accepted_after_revision": sum(r["accepted"] and len(r["history"]) > 1 for r in records),
+            "revised_verified": revised_verified,
             "rejected": len(records) - accepted,
             "revisions": revisions,
             "rejections_by_reason": dict(sorted(by_reason.items())),
@@ -76,6 +79,7 @@ def format_table(report: dict) -> str:
     rows += [(f"  rejections: {k}", v) for k, v in rb["rejections_by_reason"].items()]
     ratio = report["rewrite_ratio"]
     rows += [("runbooks accepted", rb["accepted"]), ("  after revision", rb["accepted_after_revision"]),
+             ("  after revision, a replay verified", rb.get("revised_verified", 0)),
              ("replays run", report["replays"]["run"]), ("replays verified", report["replays"]["verified"]),
              ("infra failures (left out)", report["infra_failures"]),
              ("SFT examples", report["sft_examples"]), ("SFT examples dropped", report["sft_examples_dropped"]),

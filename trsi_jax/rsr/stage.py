@@ -200,10 +200,12 @@ def run_rsr(cfg: RSRConfig, model_cfg: ModelConfig, workdir: str, tasks: Sequenc
 
     # -- 7. report ---------------------------------------------------------------------------
     plan_failures = sum(1 for r in records if r["runbook"] is None)
+    verified_ids = {ix["runbook"] for ep, ix in zip(replayed, index) if ep.strict and not is_infra_failure(ep)}
     report = build_report(
         cfg.stage, coverage, len(wins), [r for r in records if r["runbook"] is not None], plan_failures,
         replays=len(replayed), verified=sum(ep.strict for ep in replayed), examples=len(examples),
-        dropped=dropped, sft=sft_summary, replay_infra_failures=sum(map(is_infra_failure, replayed)))
+        dropped=dropped, sft=sft_summary, replay_infra_failures=sum(map(is_infra_failure, replayed)),
+        revised_verified=sum(len(accepted[i]["history"]) > 1 for i in verified_ids))
     report["checkpoint_dir"] = ckpt_dir
     write_report(report, os.path.join(workdir, "report.json"))
     if print_table and jax.process_index() == 0:
