@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -89,8 +90,11 @@ def targets(evals: list[dict], rsrs: list[dict]) -> str:
     """The issue's targets, each as the measured mean ± 95% interval over seeds (differences
     paired per seed) and whether it is met."""
     def line(name, values, ok):
+        values = [v for v in values if not math.isnan(v)]  # NaN: a report older than the field
         mean, half = report_lib.mean_ci(values)
-        interval = "" if half != half else f" ± {half:.3f}"
+        if not values:
+            return f"n/a    {name}: no report has it"
+        interval = "" if math.isnan(half) else f" ± {half:.3f}"
         return f"{'met   ' if ok(mean) else 'MISSED'} {name}: {mean:.3f}{interval} (n={len(values)})"
 
     rsr1 = [r["rsr-1"] for r in rsrs]
@@ -107,7 +111,7 @@ def targets(evals: list[dict], rsrs: list[dict]) -> str:
         line("RSR-1 runbooks accepted after a critic rejection >= 1",
              [r["runbooks"]["accepted_after_revision"] for r in rsr1], lambda m: m >= 1),
         line("  of those, with a verified replay (not a target) >= 1",
-             [r["runbooks"].get("revised_verified", 0) for r in rsr1], lambda m: m >= 1),
+             [r["runbooks"].get("revised_verified", math.nan) for r in rsr1], lambda m: m >= 1),
     ])
 
 

@@ -47,6 +47,10 @@ def test_tables_one_run_and_over_seeds():
     assert row == {"stage": "rsr-1", "tasks": "10", "common": "3", "retry": "3", "union": "4", "successes": "6",
                    "written": "8", "rejected": "1", "revised": "2", "accepted": "7", "after revision": "1",
                    "revised+verified": "1", "replays ok": "5", "SFT": "4", "infra": "1"}
+    older = _rsr(4, 3, 8, 1, 2, 7, 1)
+    del older["runbooks"]["revised_verified"]  # a report written before the field existed
+    rows = report.rsr_table([{"rsr-1": older}]).splitlines()
+    assert dict(zip(header, [c.strip() for c in rows[3].split(" | ")]))["revised+verified"] == "n/a"
 
 
 def test_stage_line_and_plot(tmp_path):

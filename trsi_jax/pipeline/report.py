@@ -100,7 +100,7 @@ def rsr_table(runs: Sequence[Run]) -> str:
         row = [stage, get(lambda r: r["coverage"]["tasks"])]
         row += [get(lambda r, h=h: r["coverage"]["per_harness"].get(h, 0)) for h in harnesses]
         row += [get(lambda r: r["coverage"]["union"]), get(lambda r: r["successes"])]
-        row += [get(lambda r, k=k: r["runbooks"].get(k, 0)) for k, _ in RUNBOOK_COLUMNS]
+        row += [get(lambda r, k=k: r["runbooks"].get(k, math.nan)) for k, _ in RUNBOOK_COLUMNS]  # nan: older report
         row += [get(lambda r: r["replays"]["verified"]), get(lambda r: r["sft_examples"]),
                 get(lambda r: r.get("infra_failures", 0))]
         rows.append(row)

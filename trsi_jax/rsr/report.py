@@ -79,7 +79,7 @@ def format_table(report: dict) -> str:
     rows += [(f"  rejections: {k}", v) for k, v in rb["rejections_by_reason"].items()]
     ratio = report["rewrite_ratio"]
     rows += [("runbooks accepted", rb["accepted"]), ("  after revision", rb["accepted_after_revision"]),
-             ("  after revision, a replay verified", rb.get("revised_verified", 0)),
+             ("  after revision, a replay verified", rb.get("revised_verified", "n/a")),
              ("replays run", report["replays"]["run"]), ("replays verified", report["replays"]["verified"]),
              ("infra failures (left out)", report["infra_failures"]),
              ("SFT examples", report["sft_examples"]), ("SFT examples dropped", report["sft_examples_dropped"]),

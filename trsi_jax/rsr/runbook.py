@@ -2,9 +2,9 @@
 
 A runbook tells an executor how to reach the task's end state without being the solution
 file: the target end state, ordered milestones (what to achieve, the command that achieved it,
-how long its output took, what the terminal showed), checks, recovery steps and pitfalls. The rendered text is what the
-critic reviews and what the executor sees as context; `parse` reads it back (model planners
-write this format, the deterministic executor reads its steps from it).
+how long its output took, what the terminal showed), checks, recovery steps and pitfalls. The
+rendered text is what the critic reviews and what the executor sees as context; `parse` reads
+it back (model planners write this format, the deterministic executor reads its steps from it).
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def parse(text: str) -> Runbook:
         if section == "Milestones":
             step = re.match(r"^(\d+)[.)]\s*(.*)$", stripped)
             if step:
-                milestones.append({"description": step.group(2).strip(), "command": [], "observed": "", "wait": 1.0})
+                milestones.append({"description": step.group(2).strip(), "command": [], "observed": "",
+                                   "wait": Milestone.wait})
             elif not milestones:
                 raise RunbookParseError(f"milestone detail before the first numbered milestone: {stripped!r}")
             elif stripped.startswith("$"):
