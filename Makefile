@@ -26,9 +26,12 @@ system-demo:
 system-test:
 	bash scripts/setup_system.sh test
 
-# The verifier's own interpreter, pytest and test libraries (~/.cache/trsi_jax/verifier, from PyPI once).
+# The verifier's own interpreter, pytest and test libraries (~/.cache/trsi_jax/verifier, from PyPI once);
+# also Python 3.13's (what Terminal-Bench 2 tests ask uv for) where docker has trsi/python:3.13.
 toolchain: install
-	$(PY) -c "from trsi_jax.sandbox import toolchain; print('verifier toolchain:', toolchain.ensure())"
+	$(PY) -c "from trsi_jax.sandbox import toolchain as t; print('verifier toolchain:', t.ensure())"
+	! docker image inspect trsi/python:3.13 >/dev/null 2>&1 || \
+		$(PY) -c "from trsi_jax.sandbox import toolchain as t; print('verifier toolchain:', t.ensure(python='3.13'))"
 
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
 demo: system-demo install toolchain

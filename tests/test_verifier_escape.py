@@ -202,6 +202,20 @@ def test_usr_local_is_carried_but_never_runs_for_the_verifier(task, tmp_path):
 
 
 @pytest.mark.docker
+def test_alternatives_pointed_at_agent_code_are_the_images(tmp_path):
+    """/etc/alternatives picks what /usr/bin/awk (which, editor, ...) runs; the agent (root in its
+    container) points awk at a trojan, and the test script's `awk` must still run the image's."""
+    d = write_tb2(tmp_path, "alt", tests=TESTS, test_sh=TEST_SH.replace("uvx -p", "awk 'BEGIN { exit 0 }'\nuvx -p"))
+    (d / "tests" / "expected.txt").write_text(GOLDEN)
+    (tmp_path / "plant").mkdir()
+    (tmp_path / "plant" / "awk").write_text(TROJAN)
+    res, markers = _verify_after(load_task(d), "docker", "readlink /usr/bin/awk | grep -qx /etc/alternatives/awk && "
+                                 "cp /opt/plant/awk /app/awk-evil && chmod +x /app/awk-evil && "
+                                 "ln -sfn /app/awk-evil /etc/alternatives/awk", files={"/opt/plant": tmp_path / "plant"})
+    _assert_not_forged(res, markers)
+
+
+@pytest.mark.docker
 def test_docker_probe_without_a_host_path_copies_the_agent_files(task):
     """Where the storage driver gives no host path to the container's files, the probe container
     gets copies of the agent's entries instead: same results, nothing enters the agent's container."""

@@ -35,8 +35,10 @@ RUN_DIR = "/run/trsi"
 SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv", ".trsi"}
 # The dynamic loader's configuration: the verifier keeps the image's, never the agent's.
 LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
-# Files docker bind-mounts into every container, and the loader's configuration: not carried.
-CONTAINER_MANAGED = {"etc/hosts", "etc/hostname", "etc/resolv.conf"} | {f"etc/{f}" for f in LOADER_FILES}
+# Files docker bind-mounts into every container, the loader's configuration, and the alternatives
+# links (what /usr/bin/awk, which, ... run, as the local backend binds the host's): not carried.
+CONTAINER_MANAGED = ({"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/alternatives"}
+                     | {f"etc/{f}" for f in LOADER_FILES})
 # Empty /etc but for what CONTAINER_MANAGED keeps from the image (and docker's mounted files).
 CLEAR_ETC = "find /etc -mindepth 1 -maxdepth 1 " + " ".join(
     f"! -name {n.split('/')[1]}" for n in sorted(CONTAINER_MANAGED)) + " -exec rm -rf {} +"
@@ -379,7 +381,7 @@ class DockerSandbox(Sandbox):
             except docker.errors.NotFound:  # deleted by the agent
                 bundles[name] = None
         try:
-            tc = toolchain.ensure()
+            tc = toolchain.for_script(self.task.test_script)
         except toolchain.ToolchainError as e:
             old.remove(force=True)
             raise SandboxError(str(e)) from None

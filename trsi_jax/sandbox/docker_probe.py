@@ -44,7 +44,7 @@ def probe(sb, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec:
             host = merged / name
             if host.is_dir() and not host.is_symlink():  # never a link: it would resolve on the host
                 binds[str(host)] = {"bind": f"/{name}", "mode": "ro"}
-    tc = toolchain.ensure()
+    tc = toolchain.for_script(sb.task.test_script)
     where = f"/tmp/probe-{uuid.uuid4().hex}"
     lim = sb.limits
     with tempfile.TemporaryDirectory(prefix="trsi-probe-") as tmp:

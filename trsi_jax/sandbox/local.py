@@ -314,7 +314,7 @@ class LocalSandbox(Sandbox):
         """The verifier toolchain (toolchain.py) read-only at /.trsi with its shims first on PATH; only
         for the verifier and probes, which run on a rebuilt root."""
         try:
-            tc = toolchain.ensure()
+            tc = toolchain.for_script(self.task.test_script)
         except toolchain.ToolchainError as e:
             raise SandboxError(str(e)) from None
         return ["--ro-bind", str(tc), toolchain.MOUNT], {

@@ -11,12 +11,17 @@ unchanged offline: `curl .../uv/install.sh | sh` gets a no-op installer, `uvx -w
 `apt-get` never runs the sandbox's apt (its configuration is the agent's). Packages a script asks for
 that the toolchain lacks make it print MISSING_MARK, which the verifier reports as an error.
 
-Build (needs PyPI once): `python -m trsi_jax.sandbox.toolchain` (see `ensure`).
+A test script that asks uv for another Python (`uvx -p 3.13`, as most Terminal-Bench 2 tasks do)
+gets a toolchain of that version (`for_script`), built the same way inside the image trsi/python:3.X
+by that image's own interpreter (this file runs there alone), so its glibc and libraries come along.
+
+Build (needs PyPI once): `python -m trsi_jax.sandbox.toolchain [--python 3.X]` (see `ensure`).
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -26,7 +31,10 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from trsi_jax.sandbox.base import SandboxError
+try:
+    from trsi_jax.sandbox.base import SandboxError
+except ImportError:  # run alone inside trsi/python:3.X to build that Python's toolchain (_build_in_image)
+    SandboxError = RuntimeError
 
 MOUNT = "/.trsi"  # where the toolchain appears inside a sandbox (a name the agent's files never use)
 SHIMS = f"{MOUNT}/shims"
@@ -41,6 +49,8 @@ PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==
             "beautifulsoup4==4.13.5", "bs4==0.0.2", "biopython==1.85", "shapely==2.1.1", "scikit-learn==1.7.0",
             "scikit-image==0.25.0", "matplotlib==3.10.7", "tqdm==4.67.1", "pytesseract==0.3.13", "setuptools==78.1.1")
 VERSION = "1"  # bump when the layout below changes
+IMAGE = "trsi/python:{}"  # where another Python's toolchain is built (sandboxes/docker/build_images.sh)
+_REQUESTED = re.compile(r"(?:^|\s)(?:-p|--python)(?:\s+|=)(?:python|cpython-?)?(3\.\d+)\b", re.MULTILINE)
 _SELF = Path(__file__).read_bytes()
 _SHIM = Path(__file__).with_name("shim.py").read_bytes()
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
@@ -54,23 +64,59 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRSI_VERIFIER_CACHE", Path.home() / ".cache" / "trsi_jax" / "verifier"))
 
 
-def _packages_key(packages: tuple[str, ...]) -> str:
-    h = hashlib.sha256(f"{VERSION}|{sys.version}|{sys.platform}|{'|'.join(sorted(packages))}".encode())
-    return f"py{sys.version_info[0]}{sys.version_info[1]}-{h.hexdigest()[:12]}"
+def host_python() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def toolchain_key(packages: tuple[str, ...] = PACKAGES) -> str:
-    """<interpreter+packages>-<layout>: the layout part changes with this file and shim.py (as this
+def _packages_key(packages: tuple[str, ...], python: str) -> str:
+    h = hashlib.sha256(f"{VERSION}|{python}|{sys.platform}|{'|'.join(sorted(packages))}".encode())
+    return f"py{python.replace('.', '')}-{h.hexdigest()[:12]}"
+
+
+def toolchain_key(packages: tuple[str, ...] = PACKAGES, python: str | None = None) -> str:
+    """<python+packages>-<layout>: the layout part changes with this file and shim.py (as this
     process loaded them, so a build always matches its key)."""
-    return f"{_packages_key(packages)}-{hashlib.sha256(b'layout:' + _SELF + _SHIM).hexdigest()[:8]}"
+    layout = hashlib.sha256(b"layout:" + _SELF + _SHIM).hexdigest()[:8]
+    return f"{_packages_key(packages, python or host_python())}-{layout}"
 
 
-def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Path:
-    """Host directory of the toolchain for `packages`, built on first use (pip from PyPI) and reused;
-    safe across processes (a file lock, an atomic rename). Raises ToolchainError if it cannot be built."""
+def requested_python(script: str) -> str | None:
+    """The Python version a test script asks uv for (`uvx -p 3.13`, `uv venv --python 3.12`), if any."""
+    found = _REQUESTED.findall(script)
+    return found[0] if found else None
+
+
+_UNAVAILABLE: dict[str, str] = {}  # python version -> why its toolchain cannot be had (once per process)
+
+
+def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """The toolchain to run test script `script` with: of the Python it asks uv for, else this
+    process's. When the asked version cannot be had here (no docker or no trsi/python:3.X image), this
+    process's, with a warning once: tests mostly run alike, and it is what the verifier did before."""
+    want = requested_python(script.read_text(errors="replace"))
+    if want is None or want == host_python() or want in _UNAVAILABLE:
+        return ensure(packages)
+    try:
+        return ensure(packages, python=want)
+    except ToolchainError as e:
+        _UNAVAILABLE[want] = str(e)
+        logging.warning("verifying tests that ask for Python %s with Python %s: %s", want, host_python(), e)
+        return ensure(packages)
+
+
+def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None, python: str | None = None) -> Path:
+    """Host directory of the toolchain for `packages` on Python `python` (default: this process's),
+    built on first use (pip from PyPI; another Python's inside its image, see `_build_in_image`) and
+    reused; safe across processes (a file lock, an atomic rename). Raises ToolchainError if it cannot
+    be built."""
     root = root or cache_root()
-    final = root / toolchain_key(packages)
+    final = root / toolchain_key(packages, python)
     if (final / ".complete").is_file():
+        return final
+    if python not in (None, host_python()):
+        _build_in_image(python, packages, root)
+        if not (final / ".complete").is_file():
+            raise ToolchainError(f"the build in {IMAGE.format(python)} left no toolchain at {final}")
         return final
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{final.name}.lock", "w") as lock:
@@ -79,7 +125,8 @@ def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Pa
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f"{final.name}.tmp-", dir=root))
         try:
-            same = [d for d in root.glob(f"{_packages_key(packages)}-*") if (d / ".complete").is_file()]
+            same = [d for d in root.glob(f"{_packages_key(packages, host_python())}-*")
+                    if (d / ".complete").is_file()]
             _build(tmp, packages, reuse=same[0] if same else None)
             (tmp / ".complete").write_text("\n".join(packages) + "\n")
             shutil.rmtree(final, ignore_errors=True)
@@ -89,10 +136,44 @@ def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None) -> Pa
     return final
 
 
+def _build_in_image(python: str, packages: tuple[str, ...], root: Path) -> None:
+    """Build Python `python`'s toolchain into `root` by running this file in trsi/python:`python` with
+    that image's interpreter (network on, as for image builds; as this user, so the files are ours)."""
+    image = IMAGE.format(python)
+    try:
+        import docker  # noqa: PLC0415
+        client = docker.from_env()
+        client.images.get(image)
+    except ImportError:
+        raise ToolchainError(f"no verifier toolchain for Python {python}: building one needs the docker "
+                             "package (pip install docker)") from None
+    except Exception as e:  # noqa: BLE001 (no daemon, no image: both say what to do)
+        what = (f"the image {image} is missing: build it with `sudo sandboxes/docker/build_images.sh`"
+                if type(e).__name__ == "ImageNotFound" else f"docker is not reachable ({e})")
+        raise ToolchainError(f"no verifier toolchain for Python {python}: {what}") from None
+    root.mkdir(parents=True, exist_ok=True)
+    key = toolchain_key(packages, python)
+    with open(root / f"{key}.image.lock", "w") as lock:  # not <key>.lock: the build inside takes that one
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / key / ".complete").is_file():
+            return
+        try:
+            client.containers.run(
+                image, ["python3", "-I", "/src/toolchain.py", *packages], remove=True, network_mode="bridge",
+                user=f"{os.getuid()}:{os.getgid()}", environment={"TRSI_VERIFIER_CACHE": "/out", "HOME": "/tmp"},
+                volumes={str(Path(__file__).parent): {"bind": "/src", "mode": "ro"},
+                         str(root): {"bind": "/out", "mode": "rw"}})
+        except Exception as e:  # noqa: BLE001 (ContainerError carries the build's stderr)
+            err = getattr(e, "stderr", None)
+            tail = err.decode(errors="replace")[-1500:] if isinstance(err, bytes) else str(e)
+            raise ToolchainError(f"building the verifier toolchain for Python {python} in {image} "
+                                 f"failed:\n{tail}") from None
+
+
 def _build(t: Path, packages: tuple[str, ...], reuse: Path | None) -> None:
     """Interpreter, packages and libraries (hard-linked from `reuse`, a toolchain with the same
     packages and an older layout, when there is one), then the wrappers and shims."""
-    ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    ver = host_python()
     if reuse is not None:
         for part in ("rt", "lib"):
             subprocess.run(["cp", "-al", str(reuse / part), str(t / part)], check=True)
@@ -223,5 +304,7 @@ def _bundle_libs(dest: Path, trees: list[Path], sites: list[Path]) -> None:
         raise ToolchainError(f"could not find the dynamic loader {_loader_name()} for the verifier toolchain")
 
 
-if __name__ == "__main__":
-    print(ensure())
+if __name__ == "__main__":  # [--python 3.X] [packages...]; inside an image: packages only
+    args = sys.argv[1:]
+    want = args[1] if args[:1] == ["--python"] else None
+    print(ensure(tuple(args[2 if want else 0:]) or PACKAGES, python=want))
