@@ -202,6 +202,26 @@ def test_usr_local_is_carried_but_never_runs_for_the_verifier(task, tmp_path):
 
 
 @pytest.mark.docker
+def test_added_usr_files_are_carried_changed_and_shadowing_ones_are_not(task):
+    """An install's new files in /usr reach the verifier (tests may run the programs the agent
+    installed); a changed image file, a new command that would run before an image command of that
+    name, and the agent's nsswitch.conf (with an added module it could load agent code) do not."""
+    _docker_or_skip()
+    with make_sandbox(task, "docker") as sb:
+        plant = ("printf '#!/bin/sh\\necho tool-ok\\n' > /usr/bin/hello-tool && chmod +x /usr/bin/hello-tool && "
+                 "mkdir -p /usr/lib/added-pkg && echo data > /usr/lib/added-pkg/f && for c in mkdir cat; do "
+                 "printf '#!/bin/sh\\necho shadow\\n' > /usr/sbin/$c && chmod +x /usr/sbin/$c; done && "
+                 "printf '#!/bin/sh\\necho changed\\n' > /usr/bin/tac && echo 'passwd: files evil' > /etc/nsswitch.conf")
+        assert sb.exec(plant).exit_code == 0
+        assert sb.exec("cat /dev/null; tac").output == "shadow\nchanged\n"  # planted: they run for the agent
+        sb.stop_processes()
+        out = sb.exec("hello-tool; cat /usr/lib/added-pkg/f; ls /usr/sbin/mkdir /usr/sbin/cat 2>/dev/null | wc -l; "
+                      "tac --version | head -1; grep -c evil /etc/nsswitch.conf", with_pytest=True).output
+    lines = out.splitlines()
+    assert lines[:3] == ["tool-ok", "data", "0"] and lines[3].startswith("tac (GNU coreutils)") and lines[4] == "0", out
+
+
+@pytest.mark.docker
 def test_alternatives_pointed_at_agent_code_are_the_images(tmp_path):
     """/etc/alternatives picks what /usr/bin/awk (which, editor, ...) runs; the agent (root in its
     container) points awk at a trojan, and the test script's `awk` must still run the image's."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox import toolchain
+from trsi_jax.sandbox import carry, toolchain
 from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
@@ -35,10 +35,11 @@ RUN_DIR = "/run/trsi"
 SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv", ".trsi"}
 # The dynamic loader's configuration: the verifier keeps the image's, never the agent's.
 LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
-# Files docker bind-mounts into every container, the loader's configuration, and the alternatives
-# links (what /usr/bin/awk, which, ... run, as the local backend binds the host's): not carried.
-CONTAINER_MANAGED = ({"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/alternatives"}
-                     | {f"etc/{f}" for f in LOADER_FILES})
+# Files docker bind-mounts into every container, the loader's configuration, the alternatives links
+# (what /usr/bin/awk, which, ... run, as the local backend binds the host's) and what names modules
+# to load (NSS, PAM: with added /usr files carried, they could load the agent's): not carried.
+CONTAINER_MANAGED = ({"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/alternatives", "etc/nsswitch.conf",
+                      "etc/pam.d"} | {f"etc/{f}" for f in LOADER_FILES})
 # Empty /etc but for what CONTAINER_MANAGED keeps from the image (and docker's mounted files).
 CLEAR_ETC = "find /etc -mindepth 1 -maxdepth 1 " + " ".join(
     f"! -name {n.split('/')[1]}" for n in sorted(CONTAINER_MANAGED)) + " -exec rm -rf {} +"
@@ -359,13 +360,15 @@ class DockerSandbox(Sandbox):
         self._agent_done = True
 
     def _move_to_fresh_container(self) -> None:
-        """Carry the agent's files (every top-level entry but the system directories, plus /usr/local,
-        minus the loader's configuration) into a fresh container of the same image with the verifier
-        toolchain mounted read-only at /.trsi, so the verifier runs the image's own /usr (but for
-        /usr/local) and ld.so config, not ones the agent (root in its container) may have altered."""
+        """Carry the agent's files (every top-level entry but the system directories, plus /usr/local
+        and what it added elsewhere in /usr (carry.py), minus the loader's configuration) into a fresh
+        container of the same image with the verifier toolchain mounted read-only at /.trsi, so the
+        verifier runs the image's own /usr files and ld.so config, never ones the agent (root in its
+        container) altered."""
         import docker  # noqa: PLC0415
         old = self.container
-        paths = [c["Path"] for c in (old.diff() or [])]
+        diff = old.diff() or []
+        paths = [c["Path"] for c in diff]
         changed = sorted({p.split("/")[1] for p in paths} - SYSTEM_ENTRIES)
         if any(p == f"/{CARRIED_USR}" or p.startswith(f"/{CARRIED_USR}/") for p in paths):
             changed.append(CARRIED_USR)
@@ -388,12 +391,23 @@ class DockerSandbox(Sandbox):
         try:
             self._start_container({str(tc): {"bind": toolchain.MOUNT, "mode": "ro"}})
             self._pristine = True
+            dirs = self._image_path.split(":")
+            listed = self._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace")  # before any carry
+            usr = []
+            for path in carry.added_usr_paths(diff, carry.listing_names(listed), set(dirs)):
+                try:
+                    usr.append((path, b"".join(old.get_archive(path)[0])))
+                except docker.errors.NotFound:  # gone between diff and now
+                    continue
             for name in bundles:  # clear first: from here on no command may run the agent's /usr/local
                 self._exec_raw(["/bin/sh", "-c", CLEAR_ETC] if name == "etc" else ["/bin/rm", "-rf", f"/{name}"])
             for name, data in bundles.items():
                 parent = "/" + name.rpartition("/")[0]
                 if data is not None and not self.container.put_archive(parent, data):
                     raise SandboxError(f"could not carry /{name} into the verification container")
+            for path, data in usr:
+                if not self.container.put_archive(path.rsplit("/", 1)[0], data):
+                    raise SandboxError(f"could not carry {path} into the verification container")
         finally:
             old.remove(force=True)
 

@@ -1,0 +1,21 @@
+"""Which added /usr paths the docker verifier carries (carry.py): exact lists from a docker diff."""
+from trsi_jax.sandbox import carry
+
+PATH_DIRS = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+
+def test_only_added_top_most_paths_that_shadow_no_image_command():
+    diff = [{"Path": "/usr", "Kind": 0}, {"Path": "/usr/bin", "Kind": 0},
+            {"Path": "/usr/bin/samtools", "Kind": 1},  # a new program: carried
+            {"Path": "/usr/bin/tac", "Kind": 0},  # the image's, changed: never
+            {"Path": "/usr/sbin/mkdir", "Kind": 1},  # would run before /usr/bin/mkdir: never
+            {"Path": "/usr/bin/bash", "Kind": 1},  # would run before /bin/bash (no merged /usr): never
+            {"Path": "/usr/lib/jvm", "Kind": 1}, {"Path": "/usr/lib/jvm/java/bin/java", "Kind": 1},  # the dir alone
+            {"Path": "/usr/share/doc/samtools", "Kind": 1},
+            {"Path": "/usr/local/bin/tool", "Kind": 1},  # /usr/local is carried whole elsewhere
+            {"Path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "Kind": 2},  # deleted: nothing to carry
+            {"Path": "/etc/foo", "Kind": 1}, {"Path": "/usrx/y", "Kind": 1}]
+    commands = carry.listing_names("/usr/bin:\ntac\nmkdir\n\n/bin:\nbash\nls: cannot access '/usr/games'\n")
+    assert {"tac", "mkdir", "bash"} <= commands and "/usr/bin:" not in commands
+    assert carry.added_usr_paths(diff, commands, PATH_DIRS) == [
+        "/usr/bin/samtools", "/usr/lib/jvm", "/usr/share/doc/samtools"]
