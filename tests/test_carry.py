@@ -19,3 +19,28 @@ def test_only_added_top_most_paths_that_shadow_no_image_command():
     assert {"tac", "mkdir", "bash"} <= commands and "/usr/bin:" not in commands
     assert carry.added_usr_paths(diff, commands, PATH_DIRS) == [
         "/usr/bin/samtools", "/usr/lib/jvm", "/usr/share/doc/samtools"]
+
+
+def test_rooted_tar_names_members_from_the_root():
+    import io
+    import tarfile
+
+    def tar(*members):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as t:
+            for name, kind, arg in members:
+                info = tarfile.TarInfo(name)
+                if kind == "file":
+                    info.size = len(arg)
+                    t.addfile(info, io.BytesIO(arg))
+                else:
+                    info.type, info.linkname = (tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE), arg
+                    t.addfile(info)
+        return out.getvalue()
+
+    rooted = carry.rooted_tar({"/usr/bin/x": tar(("x", "sym", "../lib/emboss/.x")),
+                               "/usr/lib/emboss": tar(("emboss/.x", "file", b"hi"), ("emboss/y", "hard", "emboss/.x"))})
+    with tarfile.open(fileobj=io.BytesIO(rooted)) as t:
+        got = [(m.name, m.linkname) for m in t]
+        assert t.extractfile("usr/lib/emboss/.x").read() == b"hi"
+    assert got == [("usr/bin/x", "../lib/emboss/.x"), ("usr/lib/emboss/.x", ""), ("usr/lib/emboss/y", "usr/lib/emboss/.x")]

@@ -8,6 +8,9 @@ a PATH directory named like any command on the image's PATH (`/usr/sbin/mkdir` w
 """
 from __future__ import annotations
 
+import io
+import tarfile
+
 ADDED = 1  # docker diff's kind for a path the image does not have
 
 
@@ -32,3 +35,19 @@ def added_usr_paths(diff: list[dict], image_commands: set[str], path_dirs: set[s
 def listing_names(ls_output: str) -> set[str]:
     """File names from `ls -1A dir...` output (drops the "dir:" headers and blank lines)."""
     return {line for line in ls_output.splitlines() if line and not (line.startswith("/") and line.endswith(":"))}
+
+
+def rooted_tar(archives: dict[str, bytes]) -> bytes:
+    """One tar of every {path: docker's archive of path} with member names from / (usr/bin/x)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as dst:
+        for path, raw in archives.items():
+            parent = path.rsplit("/", 1)[0].lstrip("/")
+            with tarfile.open(fileobj=io.BytesIO(raw)) as src:
+                for member in src:
+                    data = src.extractfile(member) if member.isfile() else None
+                    member.name = f"{parent}/{member.name.removeprefix('./')}"
+                    if member.islnk():  # a hard link names its target by archive path too
+                        member.linkname = f"{parent}/{member.linkname.removeprefix('./')}"
+                    dst.addfile(member, data)
+    return out.getvalue()

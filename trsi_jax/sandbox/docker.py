@@ -393,10 +393,10 @@ class DockerSandbox(Sandbox):
             self._pristine = True
             dirs = self._image_path.split(":")
             listed = self._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace")  # before any carry
-            usr = []
+            usr = {}
             for path in carry.added_usr_paths(diff, carry.listing_names(listed), set(dirs)):
                 try:
-                    usr.append((path, b"".join(old.get_archive(path)[0])))
+                    usr[path] = b"".join(old.get_archive(path)[0])
                 except docker.errors.NotFound:  # gone between diff and now
                     continue
             for name in bundles:  # clear first: from here on no command may run the agent's /usr/local
@@ -405,9 +405,9 @@ class DockerSandbox(Sandbox):
                 parent = "/" + name.rpartition("/")[0]
                 if data is not None and not self.container.put_archive(parent, data):
                     raise SandboxError(f"could not carry /{name} into the verification container")
-            for path, data in usr:
-                if not self.container.put_archive(path.rsplit("/", 1)[0], data):
-                    raise SandboxError(f"could not carry {path} into the verification container")
+            # one archive rooted at /: a relative link such as /usr/bin/x -> ../lib/x stays inside it
+            if usr and not self.container.put_archive("/", carry.rooted_tar(usr)):
+                raise SandboxError("could not carry the agent's added /usr files into the verification container")
         finally:
             old.remove(force=True)
 
