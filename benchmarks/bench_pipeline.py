@@ -91,9 +91,9 @@ def targets(evals: list[dict], rsrs: list[dict]) -> str:
     paired per seed) and whether it is met."""
     def line(name, values, ok):
         values = [v for v in values if not math.isnan(v)]  # NaN: a report older than the field
-        mean, half = report_lib.mean_ci(values)
         if not values:
             return f"n/a    {name}: no report has it"
+        mean, half = report_lib.mean_ci(values)
         interval = "" if math.isnan(half) else f" ± {half:.3f}"
         return f"{'met   ' if ok(mean) else 'MISSED'} {name}: {mean:.3f}{interval} (n={len(values)})"
 

@@ -1,7 +1,7 @@
 """Which added /usr paths the docker verifier carries (carry.py): exact lists from a docker diff."""
 from trsi_jax.sandbox import carry
 
-PATH_DIRS = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+PATH_DIRS = {"/usr/lib/extra/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 
 def test_only_added_top_most_paths_that_shadow_no_image_command():
@@ -11,7 +11,8 @@ def test_only_added_top_most_paths_that_shadow_no_image_command():
             {"Path": "/usr/sbin/mkdir", "Kind": 1},  # would run before /usr/bin/mkdir: never
             {"Path": "/usr/bin/bash", "Kind": 1},  # would run before /bin/bash (no merged /usr): never
             {"Path": "/usr/lib/jvm", "Kind": 1}, {"Path": "/usr/lib/jvm/java/bin/java", "Kind": 1},  # the dir alone
-            {"Path": "/usr/share/doc/samtools", "Kind": 1},
+            {"Path": "/usr/share/doc/samtools", "Kind": 1}, {"Path": "/usr/share/doc/samtools/copyright", "Kind": 1},
+            {"Path": "/usr/lib/extra", "Kind": 1}, {"Path": "/usr/lib/extra/bin/mkdir", "Kind": 1},  # on PATH
             {"Path": "/usr/local/bin/tool", "Kind": 1},  # /usr/local is carried whole elsewhere
             {"Path": "/usr/lib/x86_64-linux-gnu/libc.so.6", "Kind": 2},  # deleted: nothing to carry
             {"Path": "/etc/foo", "Kind": 1}, {"Path": "/usrx/y", "Kind": 1}]

@@ -16,17 +16,20 @@ ADDED = 1  # docker diff's kind for a path the image does not have
 
 def added_usr_paths(diff: list[dict], image_commands: set[str], path_dirs: set[str]) -> list[str]:
     """Top-most paths under /usr but /usr/local (carried whole) that `diff` (docker's
-    [{"Path", "Kind"}]) marks added, minus entries of `path_dirs` named like one of `image_commands`."""
+    [{"Path", "Kind"}]) marks added, minus entries of `path_dirs` named like one of `image_commands`
+    and any added directory that is or holds a PATH directory (every command in it would be new)."""
     added = {c["Path"] for c in diff if c.get("Kind") == ADDED}
     out = []
     for path in sorted(added):
         if not path.startswith("/usr/") or path == "/usr/local" or path.startswith("/usr/local/"):
             continue
         parent, name = path.rsplit("/", 1)
-        ancestors = ["/".join(path.split("/")[:i]) for i in range(2, path.count("/"))]
+        ancestors = ["/".join(path.split("/")[:i]) for i in range(2, path.count("/") + 1)]
         if any(a in added for a in ancestors):  # inside an added directory: its archive holds this one
             continue
         if parent in path_dirs and name in image_commands:
+            continue
+        if any(d == path or d.startswith(path + "/") for d in path_dirs):  # a PATH dir the image lacks
             continue
         out.append(path)
     return out

@@ -86,7 +86,7 @@ def requested_python(script: str) -> str | None:
     return found[0] if found else None
 
 
-_UNAVAILABLE: dict[str, str] = {}  # python version -> why its toolchain cannot be had (once per process)
+_UNAVAILABLE: set[str] = set()  # python versions whose toolchain cannot be had (asked once per process)
 
 
 def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
@@ -99,7 +99,7 @@ def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     try:
         return ensure(packages, python=want)
     except ToolchainError as e:
-        _UNAVAILABLE[want] = str(e)
+        _UNAVAILABLE.add(want)
         logging.warning("verifying tests that ask for Python %s with Python %s: %s", want, host_python(), e)
         return ensure(packages)
 
