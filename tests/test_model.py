@@ -148,8 +148,8 @@ def test_blocked_attention_matches_reference(self_keys, max_blocks, monkeypatch)
     q = jax.random.normal(ks[0], (b, t, h, d))
     k, v = jax.random.normal(ks[1], (b, t, kv, d)), jax.random.normal(ks[2], (b, t, kv, d))
     valid = jnp.asarray(np.arange(t)[None, :] >= np.array([[0], [3]]))  # row 1: 3 left pads
-    blocked = jax.jit(attend, static_argnames=("q_block", "self_keys"))(q, k, v, valid, jnp.arange(t), q_block=4,
-                                                                      self_keys=self_keys)
+    blocked = jax.jit(attend, static_argnames=("q_block", "self_keys"))(
+        q, k.swapaxes(1, 2), v.swapaxes(1, 2), valid, jnp.arange(t), q_block=4, self_keys=self_keys)
     qn, kn, vn = (np.repeat(np.asarray(x), h // x.shape[2], axis=2) for x in (q, k, v))
     logits = np.einsum("bthd,bshd->bhts", qn, kn) / np.sqrt(d)
     allowed = np.asarray(valid)[:, None, None, :] & (np.arange(t)[None, :] <= np.arange(t)[:, None])[None, None]
@@ -179,7 +179,8 @@ def test_attention_gradient_matches_autodiff_of_plain_softmax():
     def loss(fn, *args):
         return jnp.sum(jnp.where(valid[..., None, None], fn(*args), 0.0) * w)
 
-    ours = lambda q, k, v: attend(q, k, v, valid, jnp.arange(t), q_block=4, self_keys=True)  # noqa: E731
+    ours = lambda q, k, v: attend(q, k.swapaxes(1, 2), v.swapaxes(1, 2), valid, jnp.arange(t), q_block=4,  # noqa: E731
+                                  self_keys=True)
     g_ours = jax.jit(jax.grad(functools.partial(loss, ours), argnums=(0, 1, 2)))(q, k, v)
     g_ref = jax.jit(jax.grad(functools.partial(loss, plain), argnums=(0, 1, 2)))(q, k, v)
     for a, r in zip(g_ours, g_ref):

@@ -71,7 +71,7 @@ def test_cached_turns_equal_a_full_reprefill(model):
             assert c_toks == toks
             np.testing.assert_allclose(c_logps, logps, atol=2e-5)
         for c, x, (toks, _) in zip(convs, kept, full):
-            assert x.tokens == tuple(c + toks) and x.k.shape[1] == len(x.tokens)
+            assert x.tokens == tuple(c + toks) and x.k.shape[2] == len(x.tokens)
         convs = [c + toks + rng.integers(1, 500, size=4 + 5 * b).tolist()
                  for b, (c, (toks, _)) in enumerate(zip(convs, full))]
 

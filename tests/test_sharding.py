@@ -111,7 +111,7 @@ def test_cache_shardings_place_a_decode_cache(devices8):
     mesh = sharding.make_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
     cache = init_cache(cfg, batch=4, max_len=16)
     specs = sharding.cache_shardings(cache, mesh)
-    assert specs.k.spec == P(None, ("data", "fsdp"), None, "tensor", None)
+    assert specs.k.spec == P(None, ("data", "fsdp"), "tensor", None, None)
     assert specs.state.spec == P(None, ("data", "fsdp"), "tensor", None, None)
     assert specs.conv.spec == P(None, ("data", "fsdp"), None, "tensor")
     assert specs.pos.spec == P(("data", "fsdp")) and specs.length.spec == P()

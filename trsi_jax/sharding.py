@@ -45,7 +45,7 @@ RULES: Rules = (
 
 # Decode cache of `trsi_jax.models.init_cache` (spec of one layer's entry; batch first).
 CACHE_RULES: Rules = (
-    (r"^(k|v)$", P(BATCH_AXES, None, "tensor", None)),  # KV [B, S, Hkv, hd]
+    (r"^(k|v)$", P(BATCH_AXES, "tensor", None, None)),  # KV [B, Hkv, S, hd]
     (r"^state$", P(BATCH_AXES, "tensor", None, None)),  # GDN recurrent state [B, Hv, dk, dv]
     (r"^conv$", P(BATCH_AXES, None, "tensor")),  # last K-1 conv inputs [B, K-1, C]
     (r"^valid$", P(BATCH_AXES, None)),  # [B, S]

@@ -61,11 +61,12 @@ _softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
 MAX_SELF_BLOCKS = 32  # self-attention blocks are unrolled: beyond this, blocks grow instead
 
 
-def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 128, self_keys: bool = False):
+def attend(q_BTHD, k_BKSD, v_BKSD, valid_BS, slots_T, q_block: int = 128, self_keys: bool = False):
     """Softmax attention with grouped KV heads; logits and softmax in fp32.
 
-    Query t (at cache slot `slots_T[t]`) reads key slot s iff `valid_BS[:, s]` and s <= slots_T[t]
-    (causality and padding). A query with no readable key (a left pad) gets a finite, meaningless
+    Keys and values are head-major ([B, Hkv, S, D], the KV cache's layout, so a decode step reads
+    them without a transpose). Query t (at cache slot `slots_T[t]`) reads key slot s iff
+    `valid_BS[:, s]` and s <= slots_T[t] (causality and padding). A query with no readable key (a left pad) gets a finite, meaningless
     output. Queries run in blocks of `q_block`, so the logits never exceed [B, H, q_block, S].
     `self_keys=True` promises the keys are the queries' own tokens (slots_T = arange(T), S = T):
     query block i then reads only keys [0, end of block i), which halves the work at long T. Small
@@ -75,11 +76,11 @@ def attend(q_BTHD, k_BSKD, v_BSKD, valid_BS, slots_T, q_block: int = 128, self_k
     rather than a longer program.
     """
     b, t, h, d = q_BTHD.shape
-    s, kv = k_BSKD.shape[1], k_BSKD.shape[2]
+    kv, s = k_BKSD.shape[1], k_BKSD.shape[2]
 
     def block(q_BtHD, slots_t, keys: int = s):
         q_BKGtD = q_BtHD.reshape(b, -1, kv, h // kv, d).transpose(0, 2, 3, 1, 4)
-        k_BKsD, v_BKsD = (x[:, :keys].swapaxes(1, 2) for x in (k_BSKD, v_BSKD))
+        k_BKsD, v_BKsD = (x[:, :, :keys] for x in (k_BKSD, v_BKSD))
         allowed_Bts = valid_BS[:, None, :keys] & (jnp.arange(keys)[None, None, :] <= slots_t[None, :, None])
         bias_Bts = jnp.where(allowed_Bts, 0.0, jnp.finfo(jnp.float32).min)
         o_BKGtD = _softmax_attention(q_BKGtD, k_BKsD, v_BKsD, bias_Bts)
@@ -115,10 +116,13 @@ class Attention(nnx.Module):
 
     @jax.named_scope("attention")
     def __call__(self, x_BTD, cos_BTR, sin_BTR, valid_BS, slots_T, kv_cache=None):
-        """Returns (out_BTD, (k_BSKD, v_BSKD) | None).
+        """Returns (out_BTD, (k_LBKSD, v_LBKSD) | None).
 
-        kv_cache: None (keys are this call's tokens) or (k_BSKD, v_BSKD, length) where the new
-        keys/values are written at slots [length, length + T) before attending over all S slots.
+        kv_cache: None (keys are this call's tokens) or (k_LBKSD, v_LBKSD, layer, length): every
+        full-attention layer's cache, stacked. This call's keys/values are written into layer
+        `layer` at slots [length, length + T) before attending over all S slots. The stacked
+        arrays go in and out whole, so a decode step writes its T slots in place instead of
+        copying the cache (bench_sampler: 1.4x tokens/s at batch 32; the tiny model's step 2.8x).
         """
         cfg = self.cfg
         b, t, _ = x_BTD.shape
@@ -132,13 +136,15 @@ class Attention(nnx.Module):
         k = self.k_norm(self.k_proj(x_BTD).reshape(b, t, kv, d))
         v = self.v_proj(x_BTD).reshape(b, t, kv, d)
         q = apply_rope(self.q_norm(q), cos_BTR, sin_BTR)
-        k = apply_rope(k, cos_BTR, sin_BTR)
+        k, v = (x.swapaxes(1, 2) for x in (apply_rope(k, cos_BTR, sin_BTR), v))  # [B, Hkv, T, D]
         new_cache = None
         if kv_cache is not None:
-            k_cache, v_cache, length = kv_cache
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, length, 0, 0))
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, length, 0, 0))
-            new_cache = (k, v)
+            k_all, v_all, layer, length = kv_cache
+            at = (layer, 0, 0, length, 0)
+            k_all = jax.lax.dynamic_update_slice(k_all, k[None].astype(k_all.dtype), at)
+            v_all = jax.lax.dynamic_update_slice(v_all, v[None].astype(v_all.dtype), at)
+            k, v = (jax.lax.dynamic_index_in_dim(a, layer, keepdims=False) for a in (k_all, v_all))
+            new_cache = (k_all, v_all)
         out = attend(q, k.astype(q.dtype), v.astype(q.dtype), valid_BS, slots_T, q_block=cfg.attn_block,
                      self_keys=kv_cache is None)
         if cfg.attn_output_gate:

@@ -11,8 +11,8 @@ from trsi_jax.config import ModelConfig
 
 
 class Cache(NamedTuple):
-    k: jax.Array      # [L_full, B, S, Hkv, D] keys after QK-norm and RoPE
-    v: jax.Array      # [L_full, B, S, Hkv, D]
+    k: jax.Array      # [L_full, B, Hkv, S, D] keys after QK-norm and RoPE (head-major: see attend)
+    v: jax.Array      # [L_full, B, Hkv, S, D]
     conv: jax.Array   # [L_lin, B, K-1, conv_dim] last K-1 inputs of each GDN causal conv
     state: jax.Array  # [L_lin, B, Hv, Dk, Dv] fp32 recurrent state
     valid: jax.Array  # [B, S] bool: slot holds a real (non-pad) token
@@ -33,7 +33,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> Cache:
     """
     dtype = jnp.dtype(dtype or cfg.dtype)
     n_lin, n_full = num_layers_by_kind(cfg)
-    kv_shape = (n_full, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    kv_shape = (n_full, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     conv_c = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + cfg.linear_num_value_heads * cfg.linear_value_head_dim
     return Cache(
         k=jnp.zeros(kv_shape, dtype), v=jnp.zeros(kv_shape, dtype),

@@ -137,33 +137,36 @@ class Backbone(nnx.Module):
         def by_block(tree):  # [L_lin, ...] -> [N, per_block, ...]
             return jax.tree.map(lambda a: a.reshape(n_blocks, per_block, *a.shape[1:]), tree)
 
-        xs = dict(full=full_state, lin=by_block(lin_state) if per_block else None,
-                  kv=None if cache is None else (cache.k, cache.v),
+        # The KV cache rides in the carry, whole (each attention layer writes its new slots in
+        # place); the small GDN caches go through xs/ys, one block's slice at a time.
+        xs = dict(full=full_state, lin=by_block(lin_state) if per_block else None, i=jnp.arange(n_blocks),
                   gdn=None if cache is None or not per_block else by_block((cache.conv, cache.state)))
 
-        def block(x, xs_i):
+        def block(carry, xs_i):
+            x, kv = carry
             lin_out = []
             for j in range(per_block):
                 lin_cache = None if xs_i["gdn"] is None else jax.tree.map(lambda a: a[j], xs_i["gdn"])
                 x, c = layer(lin_def, jax.tree.map(lambda a: a[j], xs_i["lin"]), x, lin_cache)
                 lin_out.append(c)
-            x, kv = layer(full_def, xs_i["full"], x, xs_i["kv"])
+            x, kv = layer(full_def, xs_i["full"], x, None if kv is None else (*kv, xs_i["i"]))
             gdn = None if xs_i["gdn"] is None else jax.tree.map(lambda *a: jnp.stack(a), *lin_out)
-            return x, dict(kv=kv, gdn=gdn)
+            return (x, kv), gdn
 
+        carry = (x_BTD, None if cache is None else (cache.k, cache.v))
         if cfg.scan_layers:
-            x_BTD, ys = jax.lax.scan(block, x_BTD, xs)
+            (x_BTD, kv), gdn = jax.lax.scan(block, carry, xs)
         else:
             outs = []
             for i in range(n_blocks):
-                x_BTD, y = block(x_BTD, jax.tree.map(lambda a: a[i], xs))
+                carry, y = block(carry, jax.tree.map(lambda a: a[i], xs))
                 outs.append(y)
-            ys = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+            (x_BTD, kv), gdn = carry, jax.tree.map(lambda *a: jnp.stack(a), *outs)
         if cache is None:
             return x_BTD, None
-        k, v = ys["kv"]
+        k, v = kv
         if per_block:
-            conv, state = jax.tree.map(lambda a: a.reshape(n_blocks * per_block, *a.shape[2:]), ys["gdn"])
+            conv, state = jax.tree.map(lambda a: a.reshape(n_blocks * per_block, *a.shape[2:]), gdn)
         else:
             conv, state = cache.conv, cache.state
         return x_BTD, (k, v, conv, state)

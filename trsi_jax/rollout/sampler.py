@@ -123,7 +123,7 @@ class Prefix:
     arrays): a later prompt that starts with `tokens` prefills only what follows them."""
 
     tokens: tuple[int, ...]  # prompt + sampled ids, in cache order
-    k: np.ndarray  # [L_full, n, Hkv, D] (n = len(tokens))
+    k: np.ndarray  # [L_full, Hkv, n, D] (n = len(tokens))
     v: np.ndarray
     conv: np.ndarray  # [L_lin, K-1, conv_dim]
     state: np.ndarray  # [L_lin, Hv, Dk, Dv] fp32
@@ -228,7 +228,7 @@ def _with_prefixes(cache, prefixes: Sequence[Prefix | None], width: int):
         if x is None:
             continue
         n = len(x.tokens)
-        k[:, b, width - n:width], v[:, b, width - n:width] = x.k, x.v
+        k[:, b, :, width - n:width], v[:, b, :, width - n:width] = x.k, x.v
         conv[:, b], state[:, b] = x.conv, x.state
         valid[b, width - n:width], pos[b] = True, n
     return cache._replace(k=jnp.asarray(k), v=jnp.asarray(v), conv=jnp.asarray(conv), state=jnp.asarray(state),
@@ -240,4 +240,4 @@ def _prefix_of(host, b: int, tokens: tuple[int, ...]) -> Prefix:
     slots = np.flatnonzero(valid[b])
     if len(slots) != len(tokens):
         raise AssertionError(f"row {b}: {len(slots)} cached slots for {len(tokens)} tokens")
-    return Prefix(tokens=tokens, k=k[:, b, slots], v=v[:, b, slots], conv=conv[:, b], state=state[:, b])
+    return Prefix(tokens=tokens, k=k[:, b][:, :, slots], v=v[:, b][:, :, slots], conv=conv[:, b], state=state[:, b])
