@@ -10,7 +10,7 @@ from trsi_jax import config as C
 from trsi_jax.models import Critic, Qwen
 from trsi_jax.sharding import make_mesh
 from trsi_jax.train.optim import make_optimizer
-from trsi_jax.train.ppo import PPOLearner, action_values, token_logprobs
+from trsi_jax.train.ppo import PPOLearner, action_values, token_logprobs, trimmed_width
 
 CFG = C.override(C.model_preset("tiny_qwen3"), {"num_layers": "1"})
 OPT = C.OptimConfig(lr=1e-2, schedule="constant", grad_clip=0.0)
@@ -57,6 +57,47 @@ def test_alignment_of_logprobs_and_values():
             np.testing.assert_allclose(logp[b, t], ref[b, t - 1, tokens[b, t]], rtol=1e-6)
     values = jnp.arange(10.0).reshape(2, 5)
     np.testing.assert_array_equal(action_values(values), [[0, 0, 1, 2, 3], [0, 5, 6, 7, 8]])
+
+
+def test_trimmed_width_keeps_every_real_token():
+    mask = np.zeros((3, 1536), np.int32)
+    assert trimmed_width(mask) == 128
+    mask[0, :129] = 1
+    assert trimmed_width(mask) == 192
+    mask[2, :700] = 1
+    assert trimmed_width(mask) == 768
+    mask[2, :769] = 1
+    assert trimmed_width(mask) == 1024
+    mask[1, :1100] = 1
+    assert trimmed_width(mask) == 1536  # never wider than the batch
+    assert trimmed_width(mask[:, :100], minimum=128) == 100
+
+
+def test_minibatches_cut_to_their_rows_change_nothing_but_the_work():
+    """Score + update on a batch padded with 200 more columns == on the batch itself: the extra
+    pad columns are cut away per minibatch, and scores come back at the batch's width."""
+    mesh = make_mesh(C.MeshConfig(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
+    ppo = C.PPOConfig(minibatch_size=4, epochs=1, whiten_advantages=False)
+    learners = [_learner(mesh, ppo), _learner(mesh, ppo)]
+    batch = _batch()
+    wide = {k: np.pad(v, ((0, 0), (0, 200))) for k, v in batch.items()}
+    scores = [learners[0].score(batch), learners[1].score(wide)]
+    assert scores[1]["old_logprobs"].shape == (B, T + 200) and not scores[1]["old_values"][:, T:].any()
+    for k in scores[0]:
+        np.testing.assert_allclose(scores[1][k][..., :T] if k != "cut_values" else scores[1][k], scores[0][k],
+                                   atol=1e-6)
+    m0 = learners[0].update({**batch, **scores[0]}, seed=0, train_policy=True)
+    m1 = learners[1].update({**wide, **scores[1]}, seed=0, train_policy=True)
+    assert m0["policy/loss"] == pytest.approx(m1["policy/loss"], abs=1e-6)
+    # As in test_update_equals_plain_reference: Adam divides by |g|, so where g ~ 0 the rounding of
+    # other shapes may move a weight by up to one step (lr); everything else agrees to float rounding.
+    for a, b in ((learners[0].policy_params, learners[1].policy_params),
+                 (learners[0].critic_params, learners[1].critic_params)):
+        a, b = jax.tree.leaves(_host(a)), jax.tree.leaves(_host(b))
+        close = np.concatenate([np.isclose(x, y, atol=2e-5, rtol=1e-4).ravel() for x, y in zip(a, b)])
+        assert close.mean() > 0.999, close.mean()
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(x, y, atol=2 * OPT.lr)
 
 
 @pytest.mark.slow

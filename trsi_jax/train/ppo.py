@@ -5,7 +5,9 @@ log-prob comes from the policy's logits at t-1 and its value V_t from the critic
 t-1 (the state is the prefix `tokens[:t]`). Position 0 is never a policy token (a prompt always
 precedes the first reply), so nothing is lost by the shift.
 
-One update = `epochs` passes over the batch in shuffled minibatches of `minibatch_size` rows;
+One update = `epochs` passes over the batch in shuffled minibatches of `minibatch_size` rows,
+each cut to its longest row (`trimmed_width`; the losses are means over real tokens, so the cut
+changes nothing but the work);
 each minibatch takes one policy step (clipped surrogate - entropy bonus + KL to the reference)
 and one critic step (clipped value loss). During the critic warm-up the policy step is skipped
 entirely, so the policy parameters and optimizer state stay bitwise unchanged.
@@ -51,6 +53,14 @@ def token_logprobs(logits_BTV: jax.Array, tokens_BT: jax.Array, temperature: flo
 def action_values(values_BT: jax.Array) -> jax.Array:
     """The critic's per-position outputs moved one step right: V_t is read at t-1."""
     return jnp.pad(values_BT[:, :-1].astype(jnp.float32), ((0, 0), (1, 0)))
+
+
+def trimmed_width(mask_BT: np.ndarray, minimum: int = 128) -> int:
+    """Columns that keep every real token of right-padded rows: the longest row rounded up to the
+    next power of two or 1.5 times one (at least `minimum`: few shapes compile), at most the batch's width."""
+    longest = int(mask_BT.any(axis=0).nonzero()[0].max(initial=-1)) + 1
+    p = 1 << max(longest - 1, 0).bit_length()
+    return min(mask_BT.shape[1], max(minimum, p * 3 // 4 if longest <= p * 3 // 4 else p))
 
 
 def _place(model: nnx.Module, mesh: Mesh):
@@ -220,6 +230,12 @@ class PPOLearner:
         lo = jax.process_index() * rows
         return sharding.shard_batch({k: v[lo:lo + rows] for k, v in arrays.items()}, self.mesh)
 
+    @staticmethod
+    def _rows(batch: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows `idx` of a right-padded batch, [B, T] arrays cut to `trimmed_width` of those rows."""
+        width = trimmed_width(batch["mask"][idx])
+        return {k: v[idx][:, :width] if v.ndim == 2 else v[idx] for k, v in batch.items()}
+
     def _minibatches(self, num_rows: int, rng: np.random.Generator | None) -> list[np.ndarray]:
         mb = self.cfg.minibatch_size
         if num_rows % mb:
@@ -232,14 +248,17 @@ class PPOLearner:
         with the training forward so that the first PPO ratio is exactly 1, plus `cut_values` [B]
         (the value of each row's final state, for bootstrapping truncated episodes)."""
         parts = []
+        width = batch["tokens"].shape[1]
         for idx in self._minibatches(batch["tokens"].shape[0], None):
-            mb = self._put({k: batch[k][idx] for k in ("tokens", "mask")})
+            mb = self._put(self._rows({k: batch[k] for k in ("tokens", "mask")}, idx))
             values, cut = self._values(self.critic_params, self.critic_rest, mb)
             out = {"old_logprobs": self._logprobs(self.policy_params, self.policy_rest, mb),
                    "old_values": values, "cut_values": cut}
             if self.ref_params is not None:
                 out["ref_logprobs"] = self._logprobs(self.ref_params, self.ref_rest, mb)
-            parts.append(sharding.to_host(out))  # rows live on several hosts in multi-host runs
+            out = sharding.to_host(out)  # rows live on several hosts in multi-host runs
+            parts.append({k: np.pad(v, ((0, 0), (0, width - v.shape[1]))) if v.ndim == 2 else v
+                          for k, v in out.items()})
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def update(self, batch: dict[str, np.ndarray], seed: int, *, train_policy: bool) -> dict[str, float]:
@@ -258,7 +277,7 @@ class PPOLearner:
         start, history = time.perf_counter(), []
         for _ in range(self.cfg.epochs):
             for idx in self._minibatches(batch["tokens"].shape[0], rng):
-                mb = self._put({k: v[idx] for k, v in batch.items()})
+                mb = self._put(self._rows(batch, idx))
                 metrics = {}
                 if train_policy:
                     self.policy_params, self.policy_opt, metrics = self._policy_step(
