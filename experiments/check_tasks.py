@@ -29,6 +29,8 @@ flags.DEFINE_list("task", [], "only tasks whose id contains one of these strings
 flags.DEFINE_integer("jobs", 1, "tasks checked at once")
 flags.DEFINE_bool("oracle_internet", True, "give the reference solution the machine's network, as Terminal-Bench "
                   "does (solutions may apt-get or pip install); the empty episode never has it")
+flags.DEFINE_bool("verifier_network", False, "docker: give the verifier's container the machine's network, so "
+                  "test scripts fetch their tools as in Terminal-Bench; off, the offline toolchain stands in")
 flags.DEFINE_string("out", None, "also write one JSON line per task here")
 flags.DEFINE_string("task_logs", None, "write each task's full build/solution/verifier output to <task_logs>/<task>.log")
 
@@ -134,15 +136,20 @@ def _save(log_dir: str | None, task_id: str, **parts: str) -> None:
         (Path(log_dir) / f"{task_id}.log").write_text(text)
 
 
-def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None) -> Row:
+def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None,
+          verifier_network: bool = False) -> Row:
     """Build, oracle and empty episode for one task (each in a fresh sandbox)."""
-    from trsi_jax.sandbox import SandboxError, make_sandbox, verify
+    from trsi_jax.sandbox import Limits, SandboxError, make_sandbox, verify
+
+    def sandbox(t):
+        return make_sandbox(t, backend, Limits.for_task(t, verifier_network=verifier_network))
+
     from trsi_jax.sandbox.oracle import run_solution
 
     row, start = Row(task.task_id), time.monotonic()
     try:
         try:
-            sb = make_sandbox(task, backend)
+            sb = sandbox(task)
         except SandboxError as e:
             row.built = "no"
             header, _, output = str(e).partition(" Output: ")
@@ -157,12 +164,12 @@ def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None)
         solve_task = dataclasses.replace(task, allow_internet=True) if oracle_internet else task
         if solve_task is not task:
             sb.close()
-            sb = make_sandbox(solve_task, backend)
+            sb = sandbox(solve_task)
         with sb:
             out = run_solution(sb, solve_task) if task.solution_path else ""
             oracle = verify(sb, solve_task) if task.solution_path else None
         row.oracle = "no solution" if oracle is None else _result_cell(oracle)
-        with make_sandbox(task, backend) as esb:
+        with sandbox(task) as esb:
             empty = verify(esb, task)
         row.empty = _result_cell(empty)
         _save(log_dir, task.task_id, solution=out, oracle=_why(oracle) if oracle else "", empty=_why(empty))
@@ -216,7 +223,8 @@ def main(argv):
           flush=True)
     out = open(FLAGS.out, "a") if FLAGS.out else None  # noqa: SIM115 (closed below)
     with ThreadPoolExecutor(max(1, FLAGS.jobs)) as pool:
-        for row in pool.map(lambda t: check(t, FLAGS.backend, FLAGS.oracle_internet, FLAGS.task_logs), tasks):
+        for row in pool.map(lambda t: check(t, FLAGS.backend, FLAGS.oracle_internet, FLAGS.task_logs,
+                                        FLAGS.verifier_network), tasks):
             rows.append(row)
             print(f"{row.task}: built={row.built} oracle={row.oracle} empty={row.empty} {row.seconds:.0f}s "
                   f"{row.where} {row.cause}", flush=True)

@@ -110,3 +110,19 @@ def test_build_failure_is_a_sandbox_error(client, tmp_path):
     task = load_task(write_tb2(tmp_path, dockerfile="FROM debian:12\nRUN echo building && exit 3\n"))
     with pytest.raises(SandboxError, match="docker build failed"):
         make_sandbox(task, "docker")
+
+
+@pytest.mark.parametrize("verifier_network", [False, True])
+def test_verifier_network_is_per_phase(client, tmp_path, verifier_network):
+    """`Limits.verifier_network`: the verifier's container is on the bridge (an interface besides
+    lo), the agent's stays without network either way; the local backend refuses the option."""
+    task = load_task(write_tb2(tmp_path))
+    limits = Limits.for_task(task, verifier_network=verifier_network)
+    with make_sandbox(task, "docker", limits=limits) as sb:
+        assert sb.exec("ls /sys/class/net").output.split() == ["lo"]
+        sb.stop_processes()
+        interfaces = sb.exec("ls /sys/class/net", with_pytest=True).output.split()
+        assert interfaces == (["eth0", "lo"] if verifier_network else ["lo"]), interfaces
+    if verifier_network:
+        with pytest.raises(SandboxError, match="docker backend only"):
+            make_sandbox(task, "local", limits=limits)

@@ -42,6 +42,10 @@ class Limits:
     output_bytes: int = 64 * 1024  # exec output kept (head + tail, middle dropped with a marker)
     nofile: int = 1024
     cpus: float = 1.0  # docker only (nano_cpus)
+    # docker only: the verifier's container gets the network (bridge), as harbor gives test scripts
+    # that download their tooling; the agent's container keeps the task's `allow_internet`. Off by
+    # default: the offline toolchain stands in, and code of the agent's that the tests run stays offline.
+    verifier_network: bool = False
 
     @classmethod
     def for_task(cls, task: Task, **overrides) -> "Limits":

@@ -30,23 +30,8 @@ DOCKER_BUILD_TIMEOUT_SEC = 3600
 FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_images.txt"
 CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
 RUN_DIR = "/run/trsi"
-# Top-level entries never carried from the agent's container to the verifier's (see stop_processes).
-# (/.trsi is where the verifier toolchain is mounted: an agent's /.trsi is never carried.)
-SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv", ".trsi"}
-# The dynamic loader's configuration: the verifier keeps the image's, never the agent's.
-LOADER_FILES = ("ld.so.preload", "ld.so.cache", "ld.so.conf", "ld.so.conf.d")
-# Files docker bind-mounts into every container, the loader's configuration, the alternatives links
-# (what /usr/bin/awk, which, ... run, as the local backend binds the host's) and what names modules
-# to load (NSS, PAM: with added /usr files carried, they could load the agent's): not carried.
-CONTAINER_MANAGED = ({"etc/hosts", "etc/hostname", "etc/resolv.conf", "etc/alternatives", "etc/nsswitch.conf",
-                      "etc/pam.d"} | {f"etc/{f}" for f in LOADER_FILES})
-# Empty /etc but for what CONTAINER_MANAGED keeps from the image (and docker's mounted files).
-CLEAR_ETC = "find /etc -mindepth 1 -maxdepth 1 " + " ".join(
-    f"! -name {n.split('/')[1]}" for n in sorted(CONTAINER_MANAGED)) + " -exec rm -rf {} +"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The one part of /usr carried to the verifier (what `pip install`, `make install`, links to built
-# programs write); the verifier's own commands never look there (PRISTINE_PATH, absolute paths).
-CARRIED_USR = "usr/local"
+# The verifier's own commands never look in the carried /usr/local (carry.py).
 PRISTINE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -83,17 +68,6 @@ def load_from_map(path: Path = FROM_MAP) -> list[tuple[str, str]]:
 def map_image(image: str, rules: list[tuple[str, str]]) -> str:
     """The local image standing in for `image` (first matching glob), else `image` itself."""
     return next((local for pattern, local in rules if fnmatch.fnmatchcase(image, pattern)), image)
-
-
-def _without(tar_bytes: bytes, names: set[str]) -> bytes:
-    """The tar archive minus the members called `names` and everything under them."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as src, tarfile.open(fileobj=out, mode="w") as dst:
-        for member in src:
-            name = member.name.lstrip("./")
-            if not any(name == n or name.startswith(n + "/") for n in names):
-                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-    return out.getvalue()
 
 
 def _client():
@@ -234,9 +208,10 @@ class DockerSandbox(Sandbox):
         self.api = self.client.api
         self._start_container()
 
-    def _start_container(self, mounts: dict | None = None) -> None:
-        """A fresh container of self.image with the sandbox's limits (and docker `volumes` mounts);
-        records its keep-alive pid."""
+    def _start_container(self, mounts: dict | None = None, network: bool | None = None) -> None:
+        """A fresh container of self.image with the sandbox's limits (and docker `volumes` mounts),
+        on the bridge network if `network` (default: the task's allow_internet); records its
+        keep-alive pid."""
         import docker  # noqa: PLC0415
         lim = self.limits
         ulimits = [docker.types.Ulimit(name="cpu", soft=lim.cpu_sec, hard=lim.cpu_sec),
@@ -246,7 +221,8 @@ class DockerSandbox(Sandbox):
         try:
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], detach=True, init=True, hostname="sandbox",
-                working_dir=self.workdir, network_mode="bridge" if self.task.allow_internet else "none",
+                working_dir=self.workdir,
+                network_mode="bridge" if (self.task.allow_internet if network is None else network) else "none",
                 mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
                 pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
                 privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {},
@@ -356,60 +332,8 @@ class DockerSandbox(Sandbox):
             self._terminal.closed = True
             self._terminal = None
         self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
-        self._move_to_fresh_container()
+        carry.move_to_fresh_container(self)
         self._agent_done = True
-
-    def _move_to_fresh_container(self) -> None:
-        """Carry the agent's files (every top-level entry but the system directories, plus /usr/local
-        and what it added elsewhere in /usr (carry.py), minus the loader's configuration) into a fresh
-        container of the same image with the verifier toolchain mounted read-only at /.trsi, so the
-        verifier runs the image's own /usr files and ld.so config, never ones the agent (root in its
-        container) altered."""
-        import docker  # noqa: PLC0415
-        old = self.container
-        diff = old.diff() or []
-        paths = [c["Path"] for c in diff]
-        changed = sorted({p.split("/")[1] for p in paths} - SYSTEM_ENTRIES)
-        if any(p == f"/{CARRIED_USR}" or p.startswith(f"/{CARRIED_USR}/") for p in paths):
-            changed.append(CARRIED_USR)
-        bundles = {}
-        for name in changed:  # only entries the episode touched (docker diff vs the image)
-            try:
-                stream, stat = old.get_archive(f"/{name}")
-                # /etc holds the runtime's bind mounts (hosts, resolv.conf): one the agent swapped for a
-                # link or a file cannot replace the fresh container's; it counts as deleted.
-                is_dir = bool(stat.get("mode", 0) & (1 << 31)) and not stat.get("linkTarget")  # Go's ModeDir
-                bundles[name] = None if name == "etc" and not is_dir else _without(b"".join(stream),
-                                                                                    CONTAINER_MANAGED)
-            except docker.errors.NotFound:  # deleted by the agent
-                bundles[name] = None
-        try:
-            tc = toolchain.for_script(self.task.test_script)
-        except toolchain.ToolchainError as e:
-            old.remove(force=True)
-            raise SandboxError(str(e)) from None
-        try:
-            self._start_container({str(tc): {"bind": toolchain.MOUNT, "mode": "ro"}})
-            self._pristine = True
-            dirs = self._image_path.split(":")
-            listed = self._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace")  # before any carry
-            usr = {}
-            for path in carry.added_usr_paths(diff, carry.listing_names(listed), set(dirs)):
-                try:
-                    usr[path] = b"".join(old.get_archive(path)[0])
-                except docker.errors.NotFound:  # gone between diff and now
-                    continue
-            for name in bundles:  # clear first: from here on no command may run the agent's /usr/local
-                self._exec_raw(["/bin/sh", "-c", CLEAR_ETC] if name == "etc" else ["/bin/rm", "-rf", f"/{name}"])
-            for name, data in bundles.items():
-                parent = "/" + name.rpartition("/")[0]
-                if data is not None and not self.container.put_archive(parent, data):
-                    raise SandboxError(f"could not carry /{name} into the verification container")
-            # one archive rooted at /: a relative link such as /usr/bin/x -> ../lib/x stays inside it
-            if usr and not self.container.put_archive("/", carry.rooted_tar(usr)):
-                raise SandboxError("could not carry the agent's added /usr files into the verification container")
-        finally:
-            old.remove(force=True)
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
         code, out = self._exec_raw(["/bin/sh", "-c", MAKE_DIR, "sh", sandbox_path])

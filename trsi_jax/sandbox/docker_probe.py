@@ -24,8 +24,8 @@ def probe(sb, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec:
     """Run make_cmd(<tests dir>) for DockerSandbox `sb` as described above (`use_binds=False` forces
     the archive path)."""
     import docker  # noqa: PLC0415
-    from trsi_jax.sandbox.docker import (CAPS, CARRIED_USR, CONTAINER_MANAGED, SYSTEM_ENTRIES, _without,
-                                         verifier_path)
+    from trsi_jax.sandbox.carry import CARRIED_USR, CONTAINER_MANAGED, SYSTEM_ENTRIES, without
+    from trsi_jax.sandbox.docker import CAPS, verifier_path
     if sb._agent_done:  # noqa: SLF001
         raise SandboxError("progress probes run while the agent works, not after stop_processes")
     try:
@@ -67,7 +67,7 @@ def probe(sb, host_tests_dir: Path, make_cmd: Callable[[str], str], timeout_sec:
                         stream, _ = sb.container.get_archive(f"/{name}")
                     except docker.errors.NotFound:
                         continue
-                    box.put_archive("/" + name.rpartition("/")[0], _without(b"".join(stream), CONTAINER_MANAGED))
+                    box.put_archive("/" + name.rpartition("/")[0], without(b"".join(stream), CONTAINER_MANAGED))
             box.start()
             try:
                 code, timed_out = box.wait(timeout=timeout_sec)["StatusCode"], False

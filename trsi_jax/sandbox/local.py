@@ -79,6 +79,9 @@ class LocalSandbox(Sandbox):
     """A bubblewrap sandbox built from the task's Dockerfile subset (RUN lines run inside it)."""
 
     def __init__(self, task: Task, limits: Limits | None = None):
+        if limits is not None and limits.verifier_network:
+            raise SandboxError("Limits.verifier_network is implemented on the docker backend only: use "
+                               "backend='docker', or leave it off (the offline toolchain stands in)")
         if os.geteuid() != 0:
             raise SandboxError(f"the local backend needs root (bubblewrap with capability control and cgroups); "
                                f"running as uid {os.geteuid()}: use backend='docker' or run as root")
