@@ -140,11 +140,10 @@ def check(task, backend: str, oracle_internet: bool, log_dir: str | None = None,
           verifier_network: bool = False) -> Row:
     """Build, oracle and empty episode for one task (each in a fresh sandbox)."""
     from trsi_jax.sandbox import Limits, SandboxError, make_sandbox, verify
+    from trsi_jax.sandbox.oracle import run_solution
 
     def sandbox(t):
         return make_sandbox(t, backend, Limits.for_task(t, verifier_network=verifier_network))
-
-    from trsi_jax.sandbox.oracle import run_solution
 
     row, start = Row(task.task_id), time.monotonic()
     try:

@@ -66,8 +66,8 @@ def attend(q_BTHD, k_BKSD, v_BKSD, valid_BS, slots_T, q_block: int = 128, self_k
 
     Keys and values are head-major ([B, Hkv, S, D], the KV cache's layout, so a decode step reads
     them without a transpose). Query t (at cache slot `slots_T[t]`) reads key slot s iff
-    `valid_BS[:, s]` and s <= slots_T[t] (causality and padding). A query with no readable key (a left pad) gets a finite, meaningless
-    output. Queries run in blocks of `q_block`, so the logits never exceed [B, H, q_block, S].
+    `valid_BS[:, s]` and s <= slots_T[t] (causality and padding). A query with no readable key (a
+    left pad) gets a finite, meaningless output. Queries run in blocks of `q_block`, so the logits never exceed [B, H, q_block, S].
     `self_keys=True` promises the keys are the queries' own tokens (slots_T = arange(T), S = T):
     query block i then reads only keys [0, end of block i), which halves the work at long T. Small
     blocks skip more masked keys and keep each block's logits in cache (bench_profile, T=2048 on a

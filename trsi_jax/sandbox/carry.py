@@ -18,7 +18,7 @@ import tarfile
 from trsi_jax.sandbox import toolchain
 from trsi_jax.sandbox.base import SandboxError
 
-# Top-level entries never carried from the agent's container to the verifier's (see stop_processes).
+# Top-level entries never carried from the agent's container to the verifier's.
 # (/.trsi is where the verifier toolchain is mounted: an agent's /.trsi is never carried.)
 SYSTEM_ENTRIES = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "sys", "dev", ".dockerenv", ".trsi"}
 # The dynamic loader's configuration: the verifier keeps the image's, never the agent's.
