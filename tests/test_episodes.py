@@ -9,7 +9,8 @@ import pytest
 from flax import nnx
 
 from sandboxes.suite import build_suite
-from trsi_jax.agent import HARNESSES, CommonHarness, RetryHarness, VerifierFeedbackHarness, format_reply
+from trsi_jax.agent import (HARNESSES, CommonHarness, RetryHarness, VerifierFeedbackHarness, format_reply,
+                            record_progress)
 from trsi_jax.config import model_preset
 from trsi_jax.models import Qwen
 from trsi_jax.rollout import (Budgets, ByteTokenizer, ModelPolicy, SampleConfig, ScriptedPolicy, encode_chat,
@@ -103,6 +104,35 @@ def test_overlapped_verification_records_the_same_episodes(task):
     strip = lambda ep: dataclasses.replace(ep, wall_sec=0.0)
     assert [strip(e) for e in runs[0]] == [strip(e) for e in runs[1]]
     assert [e.outcome for e in runs[1]] == ["turn_limit", "success", "success", "success", "turn_limit"]
+
+
+class EagerProgress(CommonHarness):
+    """The reference: every turn's state probed right after the turn."""
+
+    def after_turn(self, session):
+        record_progress(session)
+        return ""
+
+
+def test_lazy_progress_equals_probing_every_turn_and_skips_the_final_probe(task, monkeypatch):
+    """Progress measured lazily (a turn's state probed before the next keystrokes, the final state
+    read from the verifier's run) equals probing after every turn, with one probe fewer per episode."""
+    import trsi_jax.sandbox as sandbox_lib
+
+    probes, real = [], sandbox_lib.probe_progress
+    monkeypatch.setattr(sandbox_lib, "probe_progress", lambda *a, **k: probes.append(1) or real(*a, **k))
+    modes = ["mode: solve", "mode: malformed", "mode: loop"]
+    runs, counts = [], []
+    for harness in (EagerProgress(), CommonHarness()):
+        probes.clear()
+        runs.append(run_episodes(ScriptedPolicy(scripted(task), TOK), [task] * 3, harness,
+                                 budgets=Budgets(max_turns=5, max_tokens=20000, wall_sec=120), context=modes,
+                                 track_progress=True, show_progress=False))
+        counts.append(len(probes))
+    eager, lazy = runs
+    assert [e.progress for e in lazy] == [e.progress for e in eager]
+    assert [e.progress for e in lazy][0] == [1.0] * 3 and lazy[2].progress[-1] is not None
+    assert counts == [8, 5]  # solve 1 -> 0, malformed 2 -> 1, loop 5 -> 4
 
 
 def test_sandbox_crash_and_context_overflow_are_recorded(task, tmp_path):

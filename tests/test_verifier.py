@@ -1,10 +1,12 @@
 """The verifier's offline toolchain and result rules on the local backend: Terminal-Bench test.sh
 forms run unchanged; a run without a result is an error (VerifyResult.error), never a zero."""
+import dataclasses
+
 import pytest
 
 from tests.sandbox_tasks import write_tb2
 from trsi_jax.agent.harness import Session, record_progress
-from trsi_jax.sandbox import make_sandbox, probe_progress, verify
+from trsi_jax.sandbox import VerifyResult, make_sandbox, probe_progress, progress_from, verify
 from trsi_jax.sandbox.verifier import parse_ctrf
 from trsi_jax.tasks import load_task
 
@@ -86,3 +88,12 @@ def test_failed_probe_is_unmeasured_and_the_episode_goes_on(tmp_path):
     sb.close()  # from now on every probe fails
     session.turns, session.unprobed = 2, True
     assert record_progress(session) is None and session.progress == [0.0, None]
+
+
+def test_progress_from_the_verifier_needs_every_progress_test(tmp_path):
+    task = dataclasses.replace(load_task(write_tb2(tmp_path)), progress_tests=("test_a", "test_outputs.py::test_b"))
+    run = lambda tests, error=None: VerifyResult(strict=False, partial=0.0, tests=tests, log="", error=error)
+    assert progress_from(run({"test_a": True, "test_b": False, "test_c": True}), task) == 0.5
+    assert progress_from(run({"test_a": True}), task) is None  # test_b not reported: unmeasured
+    assert progress_from(run({"test_a": True, "test_b": True}, error="timed out"), task) is None
+    assert progress_from(run({}), dataclasses.replace(task, progress_tests=())) == 0.0

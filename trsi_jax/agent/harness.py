@@ -37,26 +37,45 @@ class Session:
     progress: list[float | None] = dataclasses.field(default_factory=list)  # per turn when probed (None: unmeasured)
     retries: int = 0
     ran_commands: bool = False  # whether the latest turn sent any keystrokes
-    unprobed: bool = True  # keystrokes were sent since progress was last probed (or never probed)
+    unprobed: bool = True  # keystrokes were sent since progress was last measured (or never measured)
+    due: int = 0  # turns after `progress` whose value awaits a measure of the current state
+
+
+def mark_progress(session: Session) -> None:
+    """After a turn: give every turn so far a progress value. A turn that left the state as the last
+    measure saw it reuses that value; otherwise it joins `due`, measured lazily (`settle_progress`):
+    before the next keystrokes change the state, or at the end from the verifier's run. Lazy
+    measuring saves the probe of an episode's final state, which the verifier measures anyway."""
+    new = session.turns - len(session.progress) - session.due
+    if new <= 0:
+        return
+    if session.unprobed or not session.progress:
+        session.due += new
+    else:
+        session.progress.extend([session.progress[-1]] * new)
+
+
+def settle_progress(session: Session, value: float | None = None, *, probe: bool = True) -> None:
+    """Measure the current state for the `due` turns: with `probe_progress` (a failed probe is
+    recorded as None, unmeasured, and never ends the episode), or, with probe=False, as `value`."""
+    from trsi_jax.sandbox import SandboxError, probe_progress
+
+    if not session.due:
+        return
+    if probe:
+        try:
+            value = probe_progress(session.sandbox, session.task)
+        except SandboxError:
+            value = None
+    session.progress.extend([None if value is None else float(value)] * session.due)
+    session.due, session.unprobed = 0, False
 
 
 def record_progress(session: Session) -> float | None:
-    """Progress after the current turn via `probe_progress`, probed at most once per turn and
-    reused when no keystrokes were sent since the last probe (nothing can have changed). None when it
-    could not be measured: a failed probe is recorded as such and never ends the episode."""
-    from trsi_jax.sandbox import SandboxError, probe_progress
-
-    if len(session.progress) < session.turns:
-        if session.unprobed or not session.progress:
-            try:
-                value = probe_progress(session.sandbox, session.task)
-            except SandboxError:
-                value = None
-            value = None if value is None else float(value)
-            session.unprobed = False
-        else:
-            value = session.progress[-1]
-        session.progress.extend([value] * (session.turns - len(session.progress)))
+    """Progress after the current turn, measured now (probed at most once per state: reused when no
+    keystrokes were sent since the last measure). None when it could not be measured."""
+    mark_progress(session)
+    settle_progress(session)
     return session.progress[-1]
 
 
@@ -118,6 +137,8 @@ class CommonHarness:
         return "\n".join(parts)
 
     def _run(self, session: Session, commands, time_left_sec: float) -> None:
+        if commands:  # the last turn's state is measured before these keystrokes change it
+            settle_progress(session)
         for c in commands:
             wait = max(0.0, min(c.duration, self.max_duration_sec, time_left_sec))
             session.terminal.send_keys(c.keystrokes, wait)

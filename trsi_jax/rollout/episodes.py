@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from trsi_jax.agent.harness import CommonHarness, Session, record_progress
+from trsi_jax.agent.harness import CommonHarness, Session, mark_progress, settle_progress
 from trsi_jax.rollout.chat import encode_chat, encode_prompt
 from trsi_jax.rollout.policy import Policy, Reply
 
@@ -134,12 +134,14 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
 
     context: optional text per task (e.g. an RSR runbook) shown to the policy after the task
       message but absent from the recorded messages and tokens.
-    track_progress: probe progress after every turn (`Episode.progress`, for FDR).
+    track_progress: progress after every turn (`Episode.progress`, for FDR), measured lazily: a
+      turn's state is probed before the next keystrokes change it, the final state is read from
+      the verifier's run (`progress_from`; unmeasured, None, when it did not report every progress test).
     desc: the progress bar's label (default "episodes[<harness>]").
     overlap_verify: verify and close finished episodes in their own threads while the next rounds
       generate (up to 2 x `concurrency` sandboxes exist at once); False verifies between rounds.
     """
-    from trsi_jax.sandbox import SandboxError, make_sandbox, verify
+    from trsi_jax.sandbox import SandboxError, make_sandbox, progress_from, verify
 
     if context is not None and len(context) != len(tasks):
         raise ValueError(f"context has {len(context)} entries but there are {len(tasks)} tasks")
@@ -163,8 +165,8 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
         s.messages.append({"role": "assistant", "content": reply.text, "tokens": reply.tokens})
         try:
             obs = harness.step(s, reply.text, budgets.wall_sec - (time.monotonic() - lv.start))
-            if track_progress or s.progress:  # a probing harness also gets one value per turn
-                record_progress(s)
+            if track_progress or s.progress or s.due:  # a probing harness also gets one value per turn
+                mark_progress(s)
         except SandboxError as e:
             # The agent can kill or garble its own terminal; that ends its turn-taking but is no
             # infrastructure failure (else a failing policy could escape its zero by crashing the
@@ -186,11 +188,14 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
                 try:
                     result = verify(lv.session.sandbox, lv.task)
                     strict, partial, tests = result.strict, result.partial, result.tests
+                    settle_progress(lv.session, progress_from(result, lv.task), probe=False)
                     if verifier_error(result):
                         lv.stop = ("verifier_error", verifier_error(result))
                 except Exception as e:
                     lv.stop = _error_stop(e, "verifier_error")
         finally:
+            if lv.session is not None:  # no verifier result: the final state stays unmeasured
+                settle_progress(lv.session, None, probe=False)
             try:
                 lv.stack.close()
             except Exception as e:

@@ -1,6 +1,6 @@
 """Sandboxes for Terminal-Bench tasks: `make_sandbox(task, backend)` gives a fresh machine per episode."""
 from trsi_jax.sandbox.base import ExecResult, Limits, Sandbox, SandboxError
-from trsi_jax.sandbox.verifier import VerifyResult, probe_progress, verify
+from trsi_jax.sandbox.verifier import VerifyResult, probe_progress, progress_from, verify
 
 BACKENDS = ("local", "docker")
 
@@ -23,4 +23,4 @@ def run_oracle(task, backend: str = "local", limits: Limits | None = None) -> Ve
 
 
 __all__ = ["BACKENDS", "ExecResult", "Limits", "Sandbox", "SandboxError", "VerifyResult", "make_sandbox",
-           "probe_progress", "run_oracle", "verify"]
+           "probe_progress", "progress_from", "run_oracle", "verify"]

@@ -158,12 +158,33 @@ def verify(sandbox: Sandbox, task: Task) -> VerifyResult:
     return VerifyResult(strict=strict, partial=partial, tests=tests, log=log, reward=reward, error=error)
 
 
+def _progress_nodes(task: Task) -> list[str]:
+    """The progress tests' pytest node ids, relative to tests/."""
+    return [t if "::" in t else f"test_outputs.py::{t}" for t in task.progress_tests]
+
+
+def _progress_names(task: Task) -> list[str]:
+    """The progress tests as the result parsers name them (the node id after the file)."""
+    return [n.split("::", 1)[1] for n in _progress_nodes(task)]
+
+
+def progress_from(result: VerifyResult, task: Task) -> float | None:
+    """The final state's progress read from the verifier's run: the fraction of `task.progress_tests`
+    it passed, when it reported every one of them; None (unmeasured) otherwise or on a verifier error."""
+    if not task.progress_tests:
+        return 0.0
+    wanted = _progress_names(task)
+    if result.error is not None or not all(w in result.tests for w in wanted):
+        return None
+    return sum(result.tests[w] for w in wanted) / len(wanted)
+
+
 def probe_progress(sandbox: Sandbox, task: Task, timeout_sec: float = 30.0) -> float | None:
     """Fraction of `task.progress_tests` passing now, run out of the agent's view; None when it could
     not be measured (the probe failed or pytest reported none of them). 0.0 for a task without any."""
     if not task.progress_tests:
         return 0.0
-    nodes = [t if "::" in t else f"test_outputs.py::{t}" for t in task.progress_tests]
+    nodes = _progress_nodes(task)
 
     def cmd(where: str) -> str:
         args = " ".join(shlex.quote(f"{where}/{n}") for n in nodes)
@@ -176,5 +197,5 @@ def probe_progress(sandbox: Sandbox, task: Task, timeout_sec: float = 30.0) -> f
     results = parse_pytest_ra(res.output)
     if not results or res.timed_out:
         return None
-    wanted = [n.split("::", 1)[1] for n in nodes]
+    wanted = _progress_names(task)
     return sum(bool(results.get(w)) for w in wanted) / len(wanted)
