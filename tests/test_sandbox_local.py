@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -80,6 +81,26 @@ def test_terminal_keys_wait_and_output(tb2):
         assert term.send_keys("exit\n", 2) is False  # shell gone: next call gets a fresh shell
         assert term.send_keys("echo fresh-shell\n", 5)
         assert "fresh-shell" in term.screen()
+
+
+def test_observations_do_not_race_the_prompt(tb2):
+    """The prompt counter moves before bash prints the prompt: the first screen and every
+    observation read right after a finished command end with the prompt, so the next observation
+    starts with the typed command alone, every time, even with many sandboxes starting at once
+    (else a seeded episode observes different text from run to run)."""
+    def episode(i: int) -> list[list[str]]:
+        with make_sandbox(tb2) as sb:
+            term = sb.terminal()
+            outs = []
+            for k in range(3):
+                assert term.send_keys(f"echo line-{i}-{k}\n", 5)
+                outs.append(term.read_new_output().splitlines())
+            return outs
+
+    with ThreadPoolExecutor(12) as pool:
+        for i, outs in enumerate(pool.map(episode, range(12))):
+            for k, out in enumerate(outs):
+                assert out[:2] == [f" echo line-{i}-{k}", f"line-{i}-{k}"] and out[2].endswith("#"), out
 
 
 def test_no_network(tb2):

@@ -20,6 +20,7 @@ SESSION = "main"
 WIDTH, HEIGHT = 160, 48
 HISTORY_LINES = 20000
 POLL_SEC = 0.05
+SETTLE_SEC, SETTLE_BUDGET_SEC = 0.01, 1.0  # see Terminal._settled_capture
 MAX_DURATION_SEC = 600.0
 _KEY = re.compile(r"^(?:(?:C|M|S)-)+\S$|^(?:Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|"
                   r"PageUp|PageDown|PgUp|PgDn|NPage|PPage|IC|DC|F[1-9]|F1[0-2])$")
@@ -109,10 +110,11 @@ class Terminal:
         self._workdir = workdir
         self._counter_path = counter_path
         self._last = ""
+        self._prompted = False  # the last keystrokes' commands all finished (a prompt is due on screen)
         self.closed = False
         self._new_session()
-        self._wait_prompts(0, 1, 5.0)  # the first prompt of a fresh sandbox
-        self._last = self._capture(history=True)
+        self._prompted = self._wait_prompts(0, 1, 5.0)  # the first prompt of a fresh sandbox
+        self._last = self._settled_capture()
 
     # ---- session ------------------------------------------------------------------------------
     def _new_session(self) -> None:
@@ -131,7 +133,7 @@ class Terminal:
             raise SandboxError("terminal is closed (the sandbox was stopped or closed)")
         if not self._alive():  # the agent exited its shell: give it a fresh one, as a new login would
             self._new_session()
-            self._last = ""
+            self._last, self._prompted = "", False
 
     def _wait_prompts(self, start: int, needed: int, budget: float) -> bool:
         if self._wait_counter is not None:
@@ -164,17 +166,39 @@ class Terminal:
                     self._tmux(["send-keys", "-t", SESSION, "Enter"])
         if enters == 0:
             time.sleep(duration_sec)
+            self._prompted = False
             return False
-        return self._wait_prompts(start, enters, duration_sec)
+        self._prompted = self._wait_prompts(start, enters, duration_sec)
+        return self._prompted
 
     def _capture(self, history: bool) -> str:
         args = ["capture-pane", "-p", "-J", "-t", SESSION] + (["-S", "-", "-E", "-"] if history else [])
         return self._tmux(args).rstrip()
 
+    def _settled_capture(self) -> str:
+        """The whole history once nothing changes and, after commands that finished, the shell's
+        prompt is on screen. The prompt counter moves before bash prints the prompt, and tmux
+        renders it a moment later, so one capture right after a command finished may or may not
+        end with the prompt, and the same episode would observe different text from run to run.
+        Settled: two captures in a row agree and, when a prompt is due, the cursor is off column 0
+        (the prompt follows the output's last newline); output that never settles (a running
+        program, an empty PS1) is taken as it is after SETTLE_BUDGET_SEC."""
+        args = ["capture-pane", "-p", "-J", "-t", SESSION, "-S", "-", "-E", "-", ";",
+                "display-message", "-p", "-t", SESSION, "#{cursor_x}"]
+        deadline, before = time.monotonic() + SETTLE_BUDGET_SEC, None
+        while True:
+            text, _, cursor = self._tmux(args).rstrip().rpartition("\n")
+            now = text.rstrip()
+            prompt_shown = not self._prompted or cursor.strip() not in ("", "0")
+            if (now == before and prompt_shown) or time.monotonic() > deadline:
+                return now
+            before = now
+            time.sleep(SETTLE_SEC)
+
     def read_new_output(self, max_bytes: int = 16384) -> str:
         """Text that appeared since the last read (the visible screen if history scrolled past it)."""
         self._ensure()
-        now = self._capture(history=True)
+        now = self._settled_capture()
         if now.startswith(self._last):
             new = now[len(self._last):]
         else:
