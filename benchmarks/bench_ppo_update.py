@@ -64,8 +64,8 @@ def main():
 
     cfg = demo.rpr1
     rows = cfg.tasks_per_update * cfg.samples_per_task
-    policy, _ = load_policy(BASE, checkpoint_model_config(BASE))
     mesh = make_mesh(demo.mesh)
+    policy, _ = load_policy(BASE, checkpoint_model_config(BASE), mesh)
     batches = [_batch(rows, args.max_len, args.long_frac, policy.cfg.vocab_size, s)
                for s in range(args.repeats)]
     full_width = lambda mask_BT, minimum=128: mask_BT.shape[1]  # noqa: E731 (the reference)
