@@ -165,7 +165,7 @@ def run_episodes(policy: Policy, tasks: Sequence, harness: CommonHarness, backen
         s.messages.append({"role": "assistant", "content": reply.text, "tokens": reply.tokens})
         try:
             obs = harness.step(s, reply.text, budgets.wall_sec - (time.monotonic() - lv.start))
-            if track_progress or s.progress or s.due:  # a probing harness also gets one value per turn
+            if track_progress or s.progress:  # a probing harness also gets one value per turn
                 mark_progress(s)
         except SandboxError as e:
             # The agent can kill or garble its own terminal; that ends its turn-taking but is no

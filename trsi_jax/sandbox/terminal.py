@@ -22,6 +22,7 @@ HISTORY_LINES = 20000
 POLL_SEC = 0.05
 SETTLE_SEC, SETTLE_BUDGET_SEC = 0.01, 1.0  # see Terminal._settled_capture
 MAX_DURATION_SEC = 600.0
+CAPTURE = ["capture-pane", "-p", "-J", "-t", SESSION]  # the visible screen; with -S - -E -, the whole history
 _KEY = re.compile(r"^(?:(?:C|M|S)-)+\S$|^(?:Enter|Escape|Tab|BTab|BSpace|Space|Up|Down|Left|Right|Home|End|"
                   r"PageUp|PageDown|PgUp|PgDn|NPage|PPage|IC|DC|F[1-9]|F1[0-2])$")
 TMUX_OPTIONS = (("history-limit", str(HISTORY_LINES)), ("default-shell", "/bin/bash"), ("status", "off"),
@@ -171,9 +172,8 @@ class Terminal:
         self._prompted = self._wait_prompts(start, enters, duration_sec)
         return self._prompted
 
-    def _capture(self, history: bool) -> str:
-        args = ["capture-pane", "-p", "-J", "-t", SESSION] + (["-S", "-", "-E", "-"] if history else [])
-        return self._tmux(args).rstrip()
+    def _screen(self) -> str:
+        return self._tmux(CAPTURE).rstrip()
 
     def _settled_capture(self) -> str:
         """The whole history once nothing changes and, after commands that finished, the shell's
@@ -183,8 +183,7 @@ class Terminal:
         Settled: two captures in a row agree and, when a prompt is due, the cursor is off column 0
         (the prompt follows the output's last newline); output that never settles (a running
         program, an empty PS1) is taken as it is after SETTLE_BUDGET_SEC."""
-        args = ["capture-pane", "-p", "-J", "-t", SESSION, "-S", "-", "-E", "-", ";",
-                "display-message", "-p", "-t", SESSION, "#{cursor_x}"]
+        args = CAPTURE + ["-S", "-", "-E", "-", ";", "display-message", "-p", "-t", SESSION, "#{cursor_x}"]
         deadline, before = time.monotonic() + SETTLE_BUDGET_SEC, None
         while True:
             text, _, cursor = self._tmux(args).rstrip().rpartition("\n")
@@ -205,14 +204,14 @@ class Terminal:
             anchor = self._last[-2000:]
             i = now.rfind(anchor) if anchor else -1
             new = now[i + len(anchor):] if i >= 0 else (
-                "[... earlier output scrolled out of the terminal's history ...]\n" + self._capture(history=False))
+                "[... earlier output scrolled out of the terminal's history ...]\n" + self._screen())
         self._last = now
         return cap_text(new.lstrip("\n").encode(), max_bytes)[0]
 
     def screen(self) -> str:
         """The visible screen now."""
         self._ensure()
-        return self._capture(history=False)
+        return self._screen()
 
     def close(self) -> None:
         """Stop using this terminal (the sandbox's stop_processes/close end its processes)."""
