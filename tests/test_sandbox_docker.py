@@ -80,6 +80,8 @@ def test_terminal_probe_and_isolation(client, tmp_path):
         assert probe_progress(sb, task) == 0.0
         assert term.send_keys("echo hello > out.txt\n", 10)
         assert "echo hello > out.txt" in term.read_new_output()
+        assert term.send_keys("python3 -c 'print(6 *\n7)'\n", 20)  # a continuation prompt counts too
+        assert "42" in term.read_new_output().splitlines()
         assert probe_progress(sb, task) == 1.0
         assert sb.exec("ls -a /tmp").output.split() == [".", ".."]  # the probe's copy is gone
         term.send_keys("mkdir -p /logs/verifier; while true; do echo 0 > /logs/verifier/reward.txt; done &\n", 0.5)

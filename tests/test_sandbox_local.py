@@ -83,6 +83,28 @@ def test_terminal_keys_wait_and_output(tb2):
         assert "fresh-shell" in term.screen()
 
 
+def test_multi_line_commands_return_at_their_prompt(tb2):
+    # Every Enter of a multi-line command is answered by a continuation prompt (PS2), which counts
+    # like the primary prompt: the call returns once the command ran, not after its duration.
+    commands = {"python3 -c 'import sys\nprint(\"py\" + \"thon\")\nsys.exit(0)'\n": "python",
+                "cat > notes.txt <<EOF\nalpha\nEOF\ncat notes.txt\n": "alpha",
+                "for i in 1 2; do\necho loop-$i\ndone\n": "loop-2",
+                "echo joined \\\nline\n": "joined line"}
+    with make_sandbox(tb2) as sb:
+        term = sb.terminal()
+        for keys, shown in commands.items():
+            t0 = time.monotonic()
+            assert term.send_keys(keys, 20), keys
+            assert time.monotonic() - t0 < 10, keys
+            out = term.read_new_output()
+            assert shown in out.splitlines() and "\n> " in out, out  # bash's own "> " is what shows
+        t0 = time.monotonic()
+        assert not term.send_keys("echo 'never closed\n", 1.0)  # still waiting for input
+        assert time.monotonic() - t0 >= 1.0
+        term.send_keys("C-c", 0.3)
+        assert term.send_keys("echo after\n", 5) and "after" in term.read_new_output()
+
+
 def test_observations_do_not_race_the_prompt(tb2):
     """The prompt counter moves before bash prints the prompt: the first screen and every
     observation read right after a finished command end with the prompt, so the next observation

@@ -2,8 +2,10 @@
 
 Keystrokes go in with `send_keys` (a string ending in "\\n" presses Enter; a lone tmux key name such
 as "C-c" or "Escape" is sent as that key); the call then waits `duration_sec`, returning early once
-the shell has printed a new prompt for every Enter pressed (bash's PROMPT_COMMAND bumps a counter
-file the host polls). `read_new_output` returns what appeared since the last read, capped.
+the shell has answered every Enter pressed with a prompt: the primary prompt after a command ran or
+the continuation prompt PS2 inside an unfinished command (a quoted multi-line script, a
+here-document); PROMPT_COMMAND adds both to a counter file the host polls. `read_new_output` returns
+what appeared since the last read, capped.
 """
 from __future__ import annotations
 
@@ -90,10 +92,23 @@ class PipeClient:
             return int(head[0]), self._read_until(int(head[1]), deadline).decode("utf-8", "replace")
 
 
+PS2_COUNT = "__trsi_ps2"  # shell variable: continuation prompts shown since the last primary prompt
+
+
 def prompt_hook(counter_path: str) -> str:
     """bash PROMPT_COMMAND that counts prompts as the size of `counter_path` (one byte per prompt,
-    so the count survives the agent exiting its shell)."""
-    return f"printf . >> {counter_path}"
+    so the count survives the agent exiting its shell): the primary prompt plus the continuation
+    prompts counted since the last one (`CONTINUATION_PROMPT`), so every Enter of a multi-line
+    command that ran counts once."""
+    return f'printf "%$((1 + {PS2_COUNT}))s" >> {counter_path}; {PS2_COUNT}=0'
+
+
+# bash PS2: bash's default "> ", counting itself in PS2_COUNT on display. An Enter inside an
+# unfinished command (a quoted multi-line script, a here-document) gets PS2, not PROMPT_COMMAND;
+# uncounted, a multi-line command would wait out its whole duration. The count is a subscript's
+# side effect (the array is never set, so the expansion is empty): no fork, so no moment in which
+# the terminal echoes typed-ahead text before the prompt.
+CONTINUATION_PROMPT = f"${{__trsi_unset[{PS2_COUNT}++]}}> "
 
 
 class Terminal:
@@ -120,7 +135,8 @@ class Terminal:
     # ---- session ------------------------------------------------------------------------------
     def _new_session(self) -> None:
         self._tmux(["new-session", "-d", "-s", SESSION, "-x", str(WIDTH), "-y", str(HEIGHT), "-c", self._workdir,
-                    "-e", f"PROMPT_COMMAND={prompt_hook(self._counter_path)}"])
+                    "-e", f"PROMPT_COMMAND={prompt_hook(self._counter_path)}",
+                    "-e", f"PS2={CONTINUATION_PROMPT}"])
 
     def _alive(self) -> bool:
         try:
@@ -149,7 +165,7 @@ class Terminal:
     # ---- I/O ----------------------------------------------------------------------------------
     def send_keys(self, keystrokes: str, duration_sec: float = 1.0) -> bool:
         """Type `keystrokes`; wait up to `duration_sec` (returns True if every command it entered
-        finished earlier, i.e. the shell printed a prompt per Enter)."""
+        finished earlier, i.e. the shell printed a prompt, primary or continuation, per Enter)."""
         self._ensure()
         duration_sec = min(max(float(duration_sec), 0.0), MAX_DURATION_SEC)
         start = self._counter()
