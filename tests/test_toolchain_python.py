@@ -52,6 +52,38 @@ def test_a_version_that_cannot_be_had_falls_back_with_a_warning(tmp_path, caplog
     assert "3.9" in toolchain._UNAVAILABLE  # noqa: SLF001 (asked once per process, not per episode)
 
 
+def test_requested_extras_forms_and_the_shared_tb2_tasks():
+    assert toolchain.requested_extras("uvx -w 'selenium==4.35.0' --with=opencv-python==4.11.0.86 -w numpy==2.3.4 "
+                                      "-w tabulate pytest") == ("opencv-python==4.11.0.86", "selenium==4.35.0")
+    assert toolchain.requested_extras("uvx -w pytest==8.4.1 -w Pytest_JSON.ctrf==0.3.5 pytest") == ()
+    scripts = sorted(TB2.glob("*/tests/test.sh"))
+    if len(scripts) != 63:
+        pytest.skip(f"expected the 63 shared Terminal-Bench 2 tasks in {TB2}")
+    extras = {p.parents[1].name: toolchain.requested_extras(p.read_text()) for p in scripts}
+    extras = {k: v for k, v in extras.items() if v}
+    assert len(extras) == 14 and extras["break-filter-js-from-html"] == ("selenium==4.35.0",)
+    assert extras["torch-pipeline-parallelism"] == ("torch==2.7.0", "transformers==4.55.0")
+
+
+def test_extras_that_cannot_be_installed_fall_back_with_a_warning(tmp_path, caplog):
+    script = tmp_path / "test.sh"
+    script.write_text("uvx -w pytest==8.4.1 -w tabulate==0.0.404 pytest /tests -rA\n")  # no such version
+    with caplog.at_level(logging.WARNING):
+        assert toolchain.for_script(script) == toolchain.ensure()
+    assert "verifying tests that ask for tabulate==0.0.404 without them" in caplog.text
+
+
+@pytest.mark.slow
+def test_pinned_test_packages_are_added_in_a_toolchain_of_their_own(tmp_path):
+    test_sh = "#!/bin/bash\nuvx -w pytest==8.4.1 -w tabulate==0.9.0 pytest /tests/test_outputs.py -rA\n"
+    tests = "import tabulate\ndef test_extra():\n    assert tabulate.__version__ == '0.9.0'\n"
+    task = load_task(write_tb2(tmp_path, tests=tests, test_sh=test_sh))
+    assert toolchain.for_script(task.test_script) != toolchain.ensure()
+    with make_sandbox(task, "local") as sb:
+        res = verify(sb, task)
+    assert (res.tests, res.strict, res.error) == ({"test_extra": True}, True, None), res.log[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.skipif(not _image_ok(), reason="needs dockerd and trsi/python:3.13")

@@ -46,8 +46,9 @@ def _check(reqs: list[str], who: str) -> bool:
     for req in reqs:
         m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(?:[=<>!~]=?\s*([^,;\s]+))?", req)
         if not m or _norm(m.group(1)) not in have:
-            print(f"{MISSING} {who}: {req} is not in the verifier toolchain (add it to "
-                  f"trsi_jax.sandbox.toolchain.PACKAGES and rebuild)", flush=True)
+            print(f"{MISSING} {who}: {req} is not in the verifier toolchain (a `uvx -w name==version` pin is "
+                  f"added from PyPI, see the host's warning if that failed; else add it to "
+                  f"trsi_jax.sandbox.toolchain.PACKAGES)", flush=True)
             ok = False
         elif m.group(3) and have[_norm(m.group(1))] != m.group(3):
             print(f"trsi-verifier: {who}: using {m.group(1)} {have[_norm(m.group(1))]} for {req}", file=sys.stderr)

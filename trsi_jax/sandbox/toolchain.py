@@ -14,6 +14,8 @@ that the toolchain lacks make it print MISSING_MARK, which the verifier reports 
 A test script that asks uv for another Python (`uvx -p 3.13`, as most Terminal-Bench 2 tasks do)
 gets a toolchain of that version (`for_script`), built the same way inside the image trsi/python:3.X
 by that image's own interpreter (this file runs there alone), so its glibc and libraries come along.
+A script that pins test packages PACKAGES lacks (`uvx -w selenium==4.35.0`) gets a toolchain of its
+own with them added (`requested_extras`), built from PyPI on first use like the others.
 
 Build (needs PyPI once): `python -m trsi_jax.sandbox.toolchain [--python 3.X]` (see `ensure`).
 """
@@ -41,9 +43,9 @@ SHIMS = f"{MOUNT}/shims"
 PYTHON = f"{MOUNT}/bin/trsi-python"
 PYTEST_INI = f"{MOUNT}/pytest.ini"
 MISSING_MARK = "trsi-verifier-missing:"  # printed by shims when a test script needs what we lack
-# Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all).
-# Left out (too big for one shared cache, or not on PyPI as wheels): torch, torchvision, transformers,
-# datasets, mteb, timm, opencv, mujoco, selenium, fasttext; tasks asking for them report an error.
+# Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all): the
+# shared toolchain. What fewer tasks pin (torch, selenium, opencv, ...) is too big to share; those
+# scripts get it added in a toolchain of their own (`requested_extras`).
 PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==1.16.2", "pandas==2.3.2",
             "pillow==11.2.1", "requests==2.32.4", "psutil==7.0.0", "toml==0.10.2", "rdflib==7.1.4", "chess==1.11.2",
             "beautifulsoup4==4.13.5", "bs4==0.0.2", "biopython==1.85", "shapely==2.1.1", "scikit-learn==1.7.0",
@@ -51,6 +53,7 @@ PACKAGES = ("pytest==8.4.1", "pytest-json-ctrf==0.3.5", "numpy==2.3.1", "scipy==
 VERSION = "1"  # bump when the layout below changes
 IMAGE = "trsi/python:{}"  # where another Python's toolchain is built (sandboxes/docker/build_images.sh)
 _REQUESTED = re.compile(r"(?:^|\s)(?:-p|--python)(?:\s+|=)(?:python|cpython-?)?(3\.\d+)\b", re.MULTILINE)
+_WITH = re.compile(r"(?:^|\s)(?:-w|--with)(?:\s+|=)['\"]?([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]*\])?==[\w.+!-]+)")
 _SELF = Path(__file__).read_bytes()
 _SHIM = Path(__file__).with_name("shim.py").read_bytes()
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
@@ -86,22 +89,45 @@ def requested_python(script: str) -> str | None:
     return found[0] if found else None
 
 
-_UNAVAILABLE: set[str] = set()  # python versions whose toolchain cannot be had (asked once per process)
+def _name(requirement: str) -> str:
+    return re.sub(r"[-_.]+", "-", re.split(r"[\[=<>!~;\s]", requirement, maxsplit=1)[0]).lower()
+
+
+def requested_extras(script: str, packages: tuple[str, ...] = PACKAGES) -> tuple[str, ...]:
+    """The pinned packages a test script asks uvx for (`-w name==version`, `--with`) whose name
+    `packages` lacks, sorted. Unpinned or pip-installed ones are not added (the shims name them)."""
+    have = {_name(p) for p in packages}
+    return tuple(sorted({w for w in _WITH.findall(script) if _name(w) not in have}))
+
+
+_UNAVAILABLE: set = set()  # python versions, (python, extras): cannot be had (tried once per process)
 
 
 def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     """The toolchain to run test script `script` with: of the Python it asks uv for, else this
-    process's. When the asked version cannot be had here (no docker or no trsi/python:3.X image), this
-    process's, with a warning once: tests mostly run alike, and it is what the verifier did before."""
-    want = requested_python(script.read_text(errors="replace"))
-    if want is None or want == host_python() or want in _UNAVAILABLE:
-        return ensure(packages)
-    try:
-        return ensure(packages, python=want)
-    except ToolchainError as e:
-        _UNAVAILABLE.add(want)
-        logging.warning("verifying tests that ask for Python %s with Python %s: %s", want, host_python(), e)
-        return ensure(packages)
+    process's; with the script's `requested_extras` added. When the asked version cannot be had here
+    (no docker or no trsi/python:3.X image), this process's, and when the extras cannot be installed
+    (no PyPI, a conflict), the toolchain without them: each with a warning once, the second leaving the
+    shims to name what is missing in the verifier's result."""
+    text = script.read_text(errors="replace")
+    python = requested_python(text)
+    if python == host_python() or python in _UNAVAILABLE:
+        python = None
+    if python is not None:
+        try:
+            ensure(packages, python=python)
+        except ToolchainError as e:
+            _UNAVAILABLE.add(python)
+            logging.warning("verifying tests that ask for Python %s with Python %s: %s", python, host_python(), e)
+            python = None
+    extras = requested_extras(text, packages)
+    if extras and (python, extras) not in _UNAVAILABLE:
+        try:
+            return ensure(packages + extras, python=python)
+        except ToolchainError as e:
+            _UNAVAILABLE.add((python, extras))
+            logging.warning("verifying tests that ask for %s without them: %s", " ".join(extras), e)
+    return ensure(packages, python=python)
 
 
 def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None, python: str | None = None) -> Path:
