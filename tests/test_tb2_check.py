@@ -33,6 +33,9 @@ TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
     ("Step 4/6 : COPY weights.pt /app/\nCOPY failed: file not found in build context or excluded by "
      ".dockerignore: stat weights.pt: file does not exist", "outside",
      "the task folder lacks weights.pt, which the Dockerfile copies"),
+    ('[ERROR] Could not update repository "default": OpamDownload.Download_fail(_, "curl failed: \\"/usr/bin/curl '
+     '--write-out %{http_code}\\\\n -L -o /tmp/opam/index.tar.gz.part -- https://opam.ocaml.org/index.tar.gz\\" '
+     'exited with code 6")', "outside", "needs https://opam.ocaml.org, which this machine cannot reach"),
     ("", "inside", "no output"),
 ])
 def test_classify(text, where, cause):
