@@ -100,15 +100,15 @@ def prompt_hook(counter_path: str) -> str:
     so the count survives the agent exiting its shell): the primary prompt plus the continuation
     prompts counted since the last one (`CONTINUATION_PROMPT`), so every Enter of a multi-line
     command that ran counts once."""
-    return f'printf "%$((1 + {PS2_COUNT}))s" >> {counter_path}; {PS2_COUNT}=0'
+    return f'printf "%$((1 + ${{{PS2_COUNT}:-0}}))s" >> {counter_path}; {PS2_COUNT}=0'
 
 
 # bash PS2: bash's default "> ", counting itself in PS2_COUNT on display. An Enter inside an
 # unfinished command (a quoted multi-line script, a here-document) gets PS2, not PROMPT_COMMAND;
 # uncounted, a multi-line command would wait out its whole duration. The count is a subscript's
-# side effect (the array is never set, so the expansion is empty): no fork, so no moment in which
-# the terminal echoes typed-ahead text before the prompt.
-CONTINUATION_PROMPT = f"${{__trsi_unset[{PS2_COUNT}++]}}> "
+# side effect (the array is never set, so the expansion is empty; `:-` keeps it so under `set -u`):
+# no fork, so no moment in which the terminal echoes typed-ahead text before the prompt.
+CONTINUATION_PROMPT = f"${{__trsi_unset[{PS2_COUNT}++]:-}}> "
 
 
 class Terminal:
