@@ -50,6 +50,7 @@ _UNREACHABLE = [
     re.compile(r"Couldn't find '[^']*' on the (Hugging Face Hub)"),
     re.compile(r"We couldn't connect to '(https?://[\w.-]+)'"),
     re.compile(r"curl failed: [^\n]* -- (https?://[\w.-]+)[^\n]* exited with code (?:6|7)\b"),  # opam
+    re.compile(r"'Host': '([\w.-]+)'(?=[\s\S]*gaierror: \[Errno -[23]\])"),  # urllib in a test
 ]
 # A solution's install step failing on the local backend (host /usr read-only, no apt state, no network).
 _LOCAL_INSTALL = re.compile(r"/var/lib/apt/lists/partial is missing|Could not open lock file|"

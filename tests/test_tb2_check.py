@@ -36,6 +36,9 @@ TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
     ('[ERROR] Could not update repository "default": OpamDownload.Download_fail(_, "curl failed: \\"/usr/bin/curl '
      '--write-out %{http_code}\\\\n -L -o /tmp/opam/index.tar.gz.part -- https://opam.ocaml.org/index.tar.gz\\" '
      'exited with code 6")', "outside", "needs https://opam.ocaml.org, which this machine cannot reach"),
+    ("headers = {'Connection': 'close', 'Host': 'github.com', 'User-Agent': 'Python-urllib/3.13'}\n"
+     "E       socket.gaierror: [Errno -2] Name or service not known", "outside",
+     "needs github.com, which this machine cannot reach"),
     ("", "inside", "no output"),
 ])
 def test_classify(text, where, cause):
