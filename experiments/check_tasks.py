@@ -65,6 +65,9 @@ _NO_PACKAGE = [
     re.compile(r"E: Version '([^']+)' for '([^']+)' was not found"),  # (version, package)
 ]
 
+# An installed package importing a name another installed package no longer has.
+_DRIFT = re.compile(r"/(?:site|dist)-packages/[^\n]*\n[^\n]*\nImportError: cannot import name '(\w+)' from '([\w.]+)'")
+
 
 @dataclasses.dataclass
 class Row:
@@ -100,6 +103,10 @@ def classify(text: str) -> tuple[str, str]:
             name = f"{m.group(2)}={m.group(1)}" if len(m.groups()) == 2 else m.group(1)
             return "outside", (f"package {name} is not in the reachable archives (Debian, PyPI; "
                                "ubuntu:24.04 stands in as Debian trixie)")
+    m = _DRIFT.search(text)
+    if m:
+        return "outside", (f"installed packages do not fit together ({m.group(1)} from {m.group(2)}): the "
+                           "Dockerfile leaves versions unpinned and today's PyPI has moved on")
     return "inside", telling_line(text)
 
 

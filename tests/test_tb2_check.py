@@ -39,6 +39,11 @@ TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
     ("headers = {'Connection': 'close', 'Host': 'github.com', 'User-Agent': 'Python-urllib/3.13'}\n"
      "E       socket.gaierror: [Errno -2] Name or service not known", "outside",
      "needs github.com, which this machine cannot reach"),
+    ('  File "/usr/local/lib/python3.11/dist-packages/mteb/models/gme_v_models.py", line 13, in <module>\n'
+     "    from transformers import AutoModelForVision2Seq, AutoProcessor\nImportError: cannot import name "
+     "'AutoModelForVision2Seq' from 'transformers' (/usr/local/lib/python3.11/dist-packages/transformers/"
+     "__init__.py)", "outside", "installed packages do not fit together (AutoModelForVision2Seq from "
+     "transformers): the Dockerfile leaves versions unpinned and today's PyPI has moved on"),
     ("", "inside", "no output"),
 ])
 def test_classify(text, where, cause):
