@@ -62,7 +62,7 @@ _NO_PACKAGE = [
     re.compile(r"Unable to locate package (\S+)"),
     re.compile(r"Package '?(\S+?)'? has no installation candidate"),
     re.compile(r"No matching distribution found for (\S+)"),
-    re.compile(r"E: Version '([^']+)' for '([^']+)' was not found"),  # (version, package)
+    re.compile(r"Version '([^']+)' for '([^']+)' was not found"),  # (version, package); apt may drop "E: "
 ]
 
 # An installed package importing a name another installed package no longer has.

@@ -44,6 +44,10 @@ TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
      "'AutoModelForVision2Seq' from 'transformers' (/usr/local/lib/python3.11/dist-packages/transformers/"
      "__init__.py)", "outside", "installed packages do not fit together (AutoModelForVision2Seq from "
      "transformers): the Dockerfile leaves versions unpinned and today's PyPI has moved on"),
+    ("E:Package tesseract-ocr is not available, but is referred to by another package.\n However the following "
+     "packages replace it:\n  libtesseract5\n\n Version '5.3.4-1build5' for 'tesseract-ocr' was not found",
+     "outside", "package tesseract-ocr=5.3.4-1build5 is not in the reachable archives (Debian, PyPI; ubuntu:24.04 "
+     "stands in as Debian trixie)"),
     ("", "inside", "no output"),
 ])
 def test_classify(text, where, cause):
