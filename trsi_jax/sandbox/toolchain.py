@@ -113,13 +113,14 @@ def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
     python = requested_python(text)
     if python == host_python() or python in _UNAVAILABLE:
         python = None
-    if python is not None:
-        try:
-            ensure(packages, python=python)
-        except ToolchainError as e:
-            _UNAVAILABLE.add(python)
-            logging.warning("verifying tests that ask for Python %s with Python %s: %s", python, host_python(), e)
-            python = None
+    try:
+        base = ensure(packages, python=python)
+    except ToolchainError as e:
+        if python is None:
+            raise
+        _UNAVAILABLE.add(python)
+        logging.warning("verifying tests that ask for Python %s with Python %s: %s", python, host_python(), e)
+        python, base = None, ensure(packages)
     extras = requested_extras(text, packages)
     if extras and (python, extras) not in _UNAVAILABLE:
         try:
@@ -127,7 +128,7 @@ def for_script(script: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
         except ToolchainError as e:
             _UNAVAILABLE.add((python, extras))
             logging.warning("verifying tests that ask for %s without them: %s", " ".join(extras), e)
-    return ensure(packages, python=python)
+    return base
 
 
 def ensure(packages: tuple[str, ...] = PACKAGES, root: Path | None = None, python: str | None = None) -> Path:
