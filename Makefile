@@ -33,9 +33,15 @@ toolchain: install
 	! docker image inspect trsi/python:3.13 >/dev/null 2>&1 || \
 		$(PY) -c "from trsi_jax.sandbox import toolchain as t; print('verifier toolchain:', t.ensure(python='3.13'))"
 
+# CPU runs preload tcmalloc where it is installed (libtcmalloc-minimal4, see scripts/setup_system.sh):
+# XLA frees and re-allocates tens of MB per call, which glibc hands back to the kernel and faults in
+# again (benchmarks/bench_allocator.py). `=`, not `:=`: looked up after system-* installed it.
+TCMALLOC = $(shell { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | awk '$$1 == "libtcmalloc_minimal.so.4" {print $$NF; exit}')
+CPU = JAX_PLATFORMS=cpu $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC) TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD=1099511627776)
+
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").
 demo: system-demo install toolchain
-	JAX_PLATFORMS=cpu $(PY) -m experiments.pipeline --preset=demo --init_hf=trsi_jax/assets/tiny_base --workdir=runs/demo
+	$(CPU) $(PY) -m experiments.pipeline --preset=demo --init_hf=trsi_jax/assets/tiny_base --workdir=runs/demo
 
 # Re-make the shipped base (trsi_jax/assets/tiny_base) from seed 0: ~15 min on 2 cores.
 BASE_FLAGS := --model_cfg.full_attention_interval=2 --model_cfg.partial_rotary_factor=1.0 \
@@ -43,12 +49,12 @@ BASE_FLAGS := --model_cfg.full_attention_interval=2 --model_cfg.partial_rotary_f
 	--bootstrap.optim.total_steps=1500 --bootstrap.optim.warmup_steps=75 --bootstrap.batch_size=8 \
 	--render_per_family=1000 --hint_fraction=0.1 --hint_only_templates=status_report,extract_emails,sort_by_extension
 base: system-demo install toolchain
-	JAX_PLATFORMS=cpu $(PY) -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base \
+	$(CPU) $(PY) -m experiments.make_base --seed=0 --out=trsi_jax/assets/tiny_base \
 		--workdir=runs/make_base --eval_per_family=20 $(BASE_FLAGS)
 
 # The whole test suite, slow tests included.
 test: system-test install-test toolchain
-	$(PY) -m pytest tests; rc=$$?; [ $$rc -ne 5 ] || echo "make test: pytest collected no tests"; exit $$rc
+	$(CPU) $(PY) -m pytest tests; rc=$$?; [ $$rc -ne 5 ] || echo "make test: pytest collected no tests"; exit $$rc
 
 clean:
 	rm -rf runs .cache .pytest_cache

@@ -2,7 +2,8 @@
 # System set-up shared by `make demo`, `make test` and `.ci/run`: installs the Debian packages the
 # sandboxes need and, for the test suite, starts dockerd and builds the local images.
 # Usage: scripts/setup_system.sh demo|test
-#   demo: bubblewrap + tmux (the local sandbox backend), git + sqlite3 (tools the built-in tasks use).
+#   demo: bubblewrap + tmux (the local sandbox backend), git + sqlite3 (tools the built-in tasks use),
+#         and tcmalloc (optional: faster CPU runs).
 #   test: everything the whole suite needs: the above, docker.io + debootstrap, a running dockerd,
 #         and the local base image trsi/base:bookworm.
 # As root it installs what is missing; otherwise it stops at once with the exact command to run.
@@ -20,6 +21,12 @@ for pair in "${pairs[@]}"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 root=0; [ "$(id -u)" = 0 ] && root=1
+# Optional: tcmalloc, which the Makefile preloads into CPU runs (XLA's large temporaries are then reused,
+# not faulted in again on every call; benchmarks/bench_allocator.py). Installed as root, else a hint.
+if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libtcmalloc_minimal\.so\.4 '; then
+  if [ $root = 1 ]; then need+=(libtcmalloc-minimal4)
+  else echo "setup: optional, for faster CPU runs: sudo apt-get install -y libtcmalloc-minimal4" >&2; fi
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ $root = 0 ]; then

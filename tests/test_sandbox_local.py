@@ -126,6 +126,22 @@ def test_observations_do_not_race_the_prompt(tb2):
                 assert out[:2] == [f" echo line-{i}-{k}", f"line-{i}-{k}"] and out[2].endswith("#"), out
 
 
+def test_host_environment_stays_out(tmp_path, monkeypatch):
+    """The host's environment (here a marker and the LD_PRELOAD the Makefile sets for tcmalloc)
+    reaches neither the agent's commands and terminal nor the verifier's tests."""
+    monkeypatch.setenv("TRSI_HOST_MARK", "host-only")
+    monkeypatch.setenv("LD_PRELOAD", os.environ.get("LD_PRELOAD", ""))
+    tests = ("import os\ndef test_env():\n"
+             "    assert 'TRSI_HOST_MARK' not in os.environ and 'LD_PRELOAD' not in os.environ\n")
+    task = load_task(write_tb2(tmp_path, tests=tests))
+    with make_sandbox(task) as sb:
+        assert "TRSI_HOST_MARK" not in sb.exec("env").output
+        term = sb.terminal()
+        assert term.send_keys("env | grep -c -E 'TRSI_HOST_MARK|LD_PRELOAD'\n", 5)
+        assert term.read_new_output().strip().splitlines()[-2:-1] == ["0"]
+        assert verify(sb, task).tests == {"test_env": True}
+
+
 def test_no_network(tb2):
     with make_sandbox(tb2) as sb:
         r = sb.exec("python3 -c \"import socket; s=socket.socket(); s.settimeout(3); s.connect(('1.1.1.1', 80))\"; "
