@@ -56,12 +56,16 @@ def test_requested_extras_forms_and_the_shared_tb2_tasks():
     assert toolchain.requested_extras("uvx -w 'selenium==4.35.0' --with=opencv-python==4.11.0.86 -w numpy==2.3.4 "
                                       "-w tabulate pytest") == ("opencv-python==4.11.0.86", "selenium==4.35.0")
     assert toolchain.requested_extras("uvx -w pytest==8.4.1 -w Pytest_JSON.ctrf==0.3.5 pytest") == ()
+    assert toolchain.requested_extras("uv pip install pytest==8.4.1 'mailman==3.3.8' -r x.txt flask\n"
+                                      "pip3 install --no-cache-dir requests==2.32.5 && python3 -m pip install Tabulate==0.9.0\n"
+                                      "echo pip install nope==1  # not a command\n") == ("Tabulate==0.9.0", "mailman==3.3.8")
     scripts = sorted(TB2.glob("*/tests/test.sh"))
     if len(scripts) != 63:
         pytest.skip(f"expected the 63 shared Terminal-Bench 2 tasks in {TB2}")
     extras = {p.parents[1].name: toolchain.requested_extras(p.read_text()) for p in scripts}
     extras = {k: v for k, v in extras.items() if v}
-    assert len(extras) == 14 and extras["break-filter-js-from-html"] == ("selenium==4.35.0",)
+    assert len(extras) == 15 and extras["break-filter-js-from-html"] == ("selenium==4.35.0",)
+    assert extras["mailman"] == ("mailman==3.3.8",)  # `uv pip install`
     assert extras["torch-pipeline-parallelism"] == ("torch==2.7.0", "transformers==4.55.0")
 
 

@@ -54,6 +54,10 @@ VERSION = "1"  # bump when the layout below changes
 IMAGE = "trsi/python:{}"  # where another Python's toolchain is built (sandboxes/docker/build_images.sh)
 _REQUESTED = re.compile(r"(?:^|\s)(?:-p|--python)(?:\s+|=)(?:python|cpython-?)?(3\.\d+)\b", re.MULTILINE)
 _WITH = re.compile(r"(?:^|\s)(?:-w|--with)(?:\s+|=)['\"]?([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]*\])?==[\w.+!-]+)")
+_PIN = re.compile(r"^['\"]?([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]*\])?==[\w.+!-]+)['\"]?$")
+# `pip install ...` in a command's position: `uv pip`, `pip3`, `python3 -m pip` (not an `echo`'s words).
+_PIP_INSTALL = re.compile(r"(?:^|[;&|(])\s*(?:uv\s+|python3?(?:\.\d+)?\s+-m\s+)?pip3?\s+install\s+([^\n;&|)#]*)",
+                          re.MULTILINE)
 _SELF = Path(__file__).read_bytes()
 _SHIM = Path(__file__).with_name("shim.py").read_bytes()
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
@@ -94,10 +98,13 @@ def _name(requirement: str) -> str:
 
 
 def requested_extras(script: str, packages: tuple[str, ...] = PACKAGES) -> tuple[str, ...]:
-    """The pinned packages a test script asks uvx for (`-w name==version`, `--with`) whose name
-    `packages` lacks, sorted. Unpinned or pip-installed ones are not added (the shims name them)."""
+    """The pinned packages a test script asks for (`uvx -w name==version`, `--with`; `pip install` and
+    `uv pip install` arguments `name==version`) whose name `packages` lacks, sorted. Unpinned ones are
+    not added (the shims name them)."""
     have = {_name(p) for p in packages}
-    return tuple(sorted({w for w in _WITH.findall(script) if _name(w) not in have}))
+    pins = set(_WITH.findall(script)) | {m.group(1) for args in _PIP_INSTALL.findall(script)
+                                         for m in map(_PIN.match, args.split()) if m}
+    return tuple(sorted(w for w in pins if _name(w) not in have))
 
 
 _UNAVAILABLE: set = set()  # python versions, (python, extras): cannot be had (tried once per process)
