@@ -36,7 +36,7 @@ toolchain: install
 # CPU runs preload tcmalloc where it is installed (libtcmalloc-minimal4, see scripts/setup_system.sh):
 # XLA frees and re-allocates tens of MB per call, which glibc hands back to the kernel and faults in
 # again (benchmarks/bench_allocator.py). `=`, not `:=`: looked up after system-* installed it.
-TCMALLOC = $(shell { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | awk '$$1 == "libtcmalloc_minimal.so.4" {print $$NF; exit}')
+TCMALLOC = $(shell bash scripts/tcmalloc_path.sh)
 CPU = JAX_PLATFORMS=cpu $(if $(TCMALLOC),LD_PRELOAD=$(TCMALLOC) TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD=1099511627776)
 
 # The five-stage pipeline at tiny scale on CPU (see README "Demo").

@@ -22,23 +22,10 @@ import time
 
 from benchmarks import bench_ppo_update as ppo_bench
 
-TCMALLOC_NAME = "libtcmalloc_minimal.so.4"
-
-
-def find_tcmalloc() -> str | None:
-    """The path of libtcmalloc_minimal.so.4 from the loader's cache (package libtcmalloc-minimal4)."""
-    for ldconfig in ("ldconfig", "/sbin/ldconfig"):
-        try:
-            out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
-            break
-        except FileNotFoundError:
-            out = ""
-    return next((line.rsplit("=> ", 1)[1].strip() for line in out.splitlines()
-                 if line.strip().startswith(TCMALLOC_NAME + " ")), None)
+ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 def child(repeats: int) -> None:
-    import jax
     import numpy as np
 
     from experiments.export import checkpoint_model_config
@@ -60,7 +47,6 @@ def child(repeats: int) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF)
     best = min(ppo_bench._update(learner, b, r) for r, b in enumerate(batches))
     after = resource.getrusage(resource.RUSAGE_SELF)
-    jax.block_until_ready(learner.policy_params)
     print(f"RESULT {best:.3f} {after.ru_minflt - before.ru_minflt} {after.ru_stime - before.ru_stime:.2f} "
           f"{int(np.mean([b['mask'].sum() for b in batches]))}")
 
@@ -73,18 +59,18 @@ def main():
     args = p.parse_args()
     if args.child:
         return child(args.repeats)
-    tcmalloc = find_tcmalloc()
-    if tcmalloc is None:
-        sys.exit(f"{TCMALLOC_NAME} not found: apt-get install libtcmalloc-minimal4 (scripts/setup_system.sh "
-                 "installs it as root)")
+    tcmalloc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "tcmalloc_path.sh")], capture_output=True,
+                              text=True).stdout.strip()
+    if not tcmalloc:
+        sys.exit("libtcmalloc_minimal.so.4 not found: apt-get install libtcmalloc-minimal4 "
+                 "(scripts/setup_system.sh installs it as root)")
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    root = os.path.join(os.path.dirname(__file__), "..")
     best = {}
     for run in range(args.runs):
         for name, extra in (("glibc", {}), ("tcmalloc", {"LD_PRELOAD": tcmalloc})):
             start = time.perf_counter()
             out = subprocess.run([sys.executable, "-m", "benchmarks.bench_allocator", "--child",
-                                  f"--repeats={args.repeats}"], cwd=root, env={**env, **extra},
+                                  f"--repeats={args.repeats}"], cwd=ROOT, env={**env, **extra},
                                  capture_output=True, text=True)
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
             if out.returncode or line is None:

@@ -23,7 +23,7 @@ done
 root=0; [ "$(id -u)" = 0 ] && root=1
 # Optional: tcmalloc, which the Makefile preloads into CPU runs (XLA's large temporaries are then reused,
 # not faulted in again on every call; benchmarks/bench_allocator.py). Installed as root, else a hint.
-if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q 'libtcmalloc_minimal\.so\.4 '; then
+if [ -z "$(scripts/tcmalloc_path.sh)" ]; then
   if [ $root = 1 ]; then need+=(libtcmalloc-minimal4)
   else echo "setup: optional, for faster CPU runs: sudo apt-get install -y libtcmalloc-minimal4" >&2; fi
 fi
