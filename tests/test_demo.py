@@ -22,7 +22,7 @@ def test_demo_preset_rsr1_learns_from_successes_and_revises_a_rejected_runbook(t
            # within its time budget: one small update per RPR stage, RSR-2 under the common harness only.
            "--pipeline.heldout_per_family=2", "--pipeline.rpr1.updates=1", "--pipeline.rpr2.updates=1",
            "--pipeline.rpr1.tasks_per_update=4", "--pipeline.rpr2.tasks_per_update=4",
-           "--pipeline.rsr2.harnesses=common", "--pipeline.rsr2.replays=1"]
+           "--pipeline.rsr2.harnesses=common"]
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(
         "--xla_force_host_platform_device_count=8", "").strip())  # one CPU device, as `make demo`
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)

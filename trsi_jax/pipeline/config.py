@@ -47,10 +47,11 @@ def _small_rsr(stage: int, sft_steps: int, lr: float, batch: int, **episode) -> 
     a rule-based executor replays the runbooks in the bootstrap's reply format (all commands, then
     the confirmation). The tiny policy cannot read a runbook (as executor it verified none of the
     hint-only templates), and one milestone per turn taught it a new answer style (held-out strict
-    0.237 -> 0.175, 28 of 80 episodes at the turn limit); in one reply RSR-1 rose to 0.287."""
+    0.237 -> 0.175, 28 of 80 episodes at the turn limit); in one reply RSR-1 rose to 0.287. One
+    replay per runbook: that executor replays a runbook identically, and SFT keeps one copy."""
     return dataclasses.replace(
         rsr_stage(stage), harnesses=("common", "verifier_feedback", "retry", "hint"), samples_per_task=1,
-        collect_temperature=0.7, runbooks_per_success=2, replays=2, revision_rounds=2, leak_ngram=32,
+        collect_temperature=0.7, runbooks_per_success=2, replays=1, revision_rounds=2, leak_ngram=32,
         executor="deterministic_one_reply",
         sft=SFTConfig(optim=OptimConfig(lr=lr, warmup_steps=sft_steps // 5, total_steps=sft_steps),
                       batch_size=batch, max_len=episode["max_len"], pad_multiple=128, eval_fraction=0.0,
@@ -95,10 +96,11 @@ PIPELINE_PRESETS: dict[str, PipelineConfig] = {
     # shipped base (`--init_hf=trsi_jax/assets/tiny_base`, made by `experiments.make_base`). Held-out:
     # 2 families x 20 tasks x 2 samples. Six turns: the base answers in two (commands, then the
     # confirmation); RSR trains on runbook replays that take one turn per milestone (4-5 turns).
-    # RPR: 16 tasks x 4 samples per update (the first trains the critic alone); at 4 tasks x 2 the
-    # policy saw 24 episodes per stage and nothing moved.
+    # RPR: 4 updates of 16 tasks x 2 samples (the first trains the critic alone), 96 episodes for the
+    # policy per stage; at 4 tasks x 2 it saw 24 and nothing moved. 32 episodes fill one round of
+    # `concurrency` (a round decodes 32 rows in about the time of fewer, and 40 at once was slower).
     "demo": _tiny(("files", "text"), train=16, heldout=20, turns=6, new_tokens=256, batch=4,
-                  bootstrap_steps=400, rsr_steps=30, rpr_updates=6, rpr_tasks=16, rpr_samples=4, concurrency=32),
+                  bootstrap_steps=400, rsr_steps=30, rpr_updates=4, rpr_tasks=16, rpr_samples=2, concurrency=32),
     # CI smoke test (8 fake devices: batch 8): 2 families, 2 train tasks, 2 updates per RPR stage.
     "ci": _tiny(("files", "text"), train=1, heldout=1, turns=2, new_tokens=64, batch=8,
                 bootstrap_steps=4, rsr_steps=2, rpr_updates=2, rpr_tasks=4, max_len=3072),
