@@ -122,6 +122,8 @@ def init_runtime() -> None:
         jax.distributed.initialize()
     if FLAGS.jax_cache_dir:
         jax.config.update("jax_compilation_cache_dir", FLAGS.jax_cache_dir)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        # Every program, however quick to compile: the pipeline clears jax's in-memory caches between
+        # stages, and reading a program back is cheaper than compiling it again.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     logging.info("jax %s: %d process(es), %d device(s): %s", jax.__version__, jax.process_count(),
                  jax.device_count(), jax.devices()[0].platform)

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.sandbox_tasks import SECRET, write_tb1, write_tb2
+from tests.sandbox_tasks import SECRET, TEST_OUTPUTS, write_tb1, write_tb2
 from trsi_jax.sandbox import Limits, SandboxError, make_sandbox, probe_progress, run_oracle, verify
 from trsi_jax.sandbox.docker import ensure_image, load_from_map, map_image
 from trsi_jax.tasks import load_task
@@ -65,6 +65,25 @@ def test_oracle_and_empty_episode(client, tmp_path):
         res = verify(sb, task)
     assert not res.strict and res.partial == pytest.approx(1 / 3)
     assert res.tests == {"test_exists": False, "test_content": False, "test_seed": True}
+
+
+def test_packages_the_test_script_installs_are_built_into_the_image(client, tmp_path):
+    """Offline, a test script's `apt-get install bc` cannot fetch at test time: the docker backend
+    installs what the script names into the task's image at build time, so the tests find it.
+    Without the line in the script the image has no bc (the control)."""
+    tests = TEST_OUTPUTS + ("import subprocess\ndef test_bc():\n    assert subprocess.run(['bc'], input='6*7\\n', "
+                            "capture_output=True, text=True).stdout == '42\\n'\n")
+
+    def oracle(name: str, install: str):
+        test_sh = (f"#!/bin/bash\napt-get update\n{install}\ncd /tests\npython3 -m pytest test_outputs.py -rA\n"
+                   "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+        return run_oracle(load_task(write_tb2(tmp_path, name, tests=tests, test_sh=test_sh)), "docker")
+
+    res = oracle("with-bc", "apt-get install -y curl bc")
+    assert res.strict and res.tests["test_bc"], res.log
+    res = oracle("without-bc", "apt-get install -y curl")
+    assert not res.strict and res.tests == {"test_exists": True, "test_content": True, "test_seed": True,
+                                            "test_bc": False}, res.log
 
 
 def test_terminal_probe_and_isolation(client, tmp_path):

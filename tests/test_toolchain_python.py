@@ -69,6 +69,20 @@ def test_requested_extras_forms_and_the_shared_tb2_tasks():
     assert extras["torch-pipeline-parallelism"] == ("torch==2.7.0", "transformers==4.55.0")
 
 
+def test_requested_apt_forms_and_the_shared_tb2_tasks():
+    assert toolchain.requested_apt("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \\\n"
+                                   "  expect curl\nsudo apt install -y --no-install-recommends vim=2:9.0 libgl1\n"
+                                   "echo apt-get install nope  # not a command\napt-get install -y $PKG\n") == (
+        "expect", "libgl1", "vim=2:9.0")
+    scripts = sorted(TB2.glob("*/tests/test.sh"))
+    if len(scripts) != 63:
+        pytest.skip(f"expected the 63 shared Terminal-Bench 2 tasks in {TB2}")
+    apt = {p.parents[1].name: toolchain.requested_apt(p.read_text()) for p in scripts}
+    apt = {k: v for k, v in apt.items() if v}  # 45 scripts install only curl, which the shims stand in for
+    assert len(apt) == 14 and apt["headless-terminal"] == ("vim",) and apt["dna-insert"] == ("primer3",)
+    assert apt["install-windows-3.11"] == ("mtools", "socat", "tesseract-ocr", "vncsnapshot")
+
+
 def test_extras_that_cannot_be_installed_fall_back_with_a_warning(tmp_path, caplog):
     script = tmp_path / "test.sh"
     script.write_text("uvx -w pytest==8.4.1 -w tabulate==0.0.404 pytest /tests -rA\n")  # no such version

@@ -234,6 +234,10 @@ class Pipeline:
             logging.info("pipeline: %s held-out %s", stage, json.dumps(evals[stage]["all"]))
             if main:
                 print(report_lib.stage_line(stage, stages[stage], evals[stage], reused=reused), flush=True)
+            # Free the stage's compiled programs (the next stage reads its own from the persistent cache):
+            # XLA:CPU maps ~140 memory regions per executable and jax's caches keep every one, so a
+            # 3-seed bench_pipeline process passed vm.max_map_count (65,530) and LLVM's JIT segfaulted.
+            jax.clear_caches()
         table = report_lib.eval_table([evals])
         rsr_table = report_lib.rsr_table([{s: stages[s] for s in RSR_STAGES}])
         report = {"stages": stages, "eval": evals, "table": table, "rsr_table": rsr_table, "plot": PLOT,

@@ -81,9 +81,11 @@ def _client():
 
 
 def _build_context(task: Task, rules) -> tuple[bytes, str]:
-    """(tar of the filtered context + the Dockerfile with FROM/COPY --from images mapped, content hash)."""
+    """(tar of the filtered context + the Dockerfile with FROM/COPY --from images mapped and the test
+    script's apt packages installed last, content hash)."""
     env = task.environment
     text = dfile.map_images(env.dockerfile, lambda image: map_image(image, rules))
+    text = dfile.with_packages(text, toolchain.requested_apt(task.test_script.read_text(errors="replace")))
     digest = hashlib.sha256(text.encode())
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -16,7 +16,7 @@ import posixpath
 import re
 import shlex
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 IGNORED = {"LABEL", "MAINTAINER", "EXPOSE", "CMD", "ENTRYPOINT", "VOLUME", "HEALTHCHECK", "STOPSIGNAL", "SHELL", "USER"}
 # Files of the task folder that must never reach the environment. Only TB1 uses the task folder
@@ -221,6 +221,24 @@ def map_images(path: Path, mapper: Callable[[str], str]) -> str:
                 return m.group(0) if src in stages or src.isdigit() else f"--from={mapper(src)}"
             raw[line - 1] = re.sub(r"--from=(\S+)", repl, raw[line - 1])
     return "\n".join(raw) + "\n"
+
+
+def with_packages(text: str, packages: Sequence[str]) -> str:
+    """`text` (a Dockerfile) plus a last layer that installs `packages` (Debian) where the image lacks
+    them: what a task's test script installs at test time, which the offline verifier cannot. The
+    agent sees them too, as it could install them itself where Terminal-Bench runs online. A package
+    the archives lack leaves the image as it was (the verifier's apt-get shim then names it)."""
+    if not packages:
+        return text
+    final = re.split(r"(?im)^\s*FROM\s", text)[-1]
+    users = re.findall(r"(?im)^\s*USER\s+(\S+)", final)
+    names = " ".join(packages)
+    run = (f"RUN missing=; for p in {names}; do dpkg -s \"${{p%%=*}}\" >/dev/null 2>&1 || missing=\"$missing $p\"; "
+           "done; [ -z \"$missing\" ] || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+           "$missing; } || echo \"trsi: the test script's packages$missing could not be installed\"")
+    lines = ["USER root", run, f"USER {users[-1]}"] if users else [run]
+    return text.rstrip("\n") + "\n# trsi: packages the test script installs (trsi_jax/sandbox/dockerfile.py)\n" + \
+        "\n".join(lines) + "\n"
 
 
 def _copy_args(op: str, rest: str, scope: dict, path: Path, line: int) -> tuple[tuple[str, ...], str]:

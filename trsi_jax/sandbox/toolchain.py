@@ -58,6 +58,10 @@ _PIN = re.compile(r"^['\"]?([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]*\])?==[\w.+!-
 # `pip install ...` in a command's position: `uv pip`, `pip3`, `python3 -m pip` (not an `echo`'s words).
 _PIP_INSTALL = re.compile(r"(?:^|[;&|(])\s*(?:uv\s+|python3?(?:\.\d+)?\s+-m\s+)?pip3?\s+install\s+([^\n;&|)#]*)",
                           re.MULTILINE)
+# `apt-get install ...` / `apt install ...` in a command's position, after `sudo` or `VAR=value`s.
+_APT_INSTALL = re.compile(r"(?:^|[;&|(])\s*(?:sudo\s+)?(?:[A-Z_]+=\S*\s+)*apt(?:-get)?\s+install\s+([^\n;&|)#]*)",
+                          re.MULTILINE)
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9]+)?(?:=[\w.+:~-]+)?$")
 _SELF = Path(__file__).read_bytes()
 _SHIM = Path(__file__).with_name("shim.py").read_bytes()
 _SKIP_STDLIB = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "config-3.11"}
@@ -105,6 +109,13 @@ def requested_extras(script: str, packages: tuple[str, ...] = PACKAGES) -> tuple
     pins = set(_WITH.findall(script)) | {m.group(1) for args in _PIP_INSTALL.findall(script)
                                          for m in map(_PIN.match, args.split()) if m}
     return tuple(sorted(w for w in pins if _name(w) not in have))
+
+
+def requested_apt(script: str) -> tuple[str, ...]:
+    """The Debian packages a test script installs with `apt-get install` (sorted), but curl: the
+    shims stand in for what tests fetch with it (uv's installer)."""
+    words = {w for args in _APT_INSTALL.findall(script.replace("\\\n", " ")) for w in args.split()}
+    return tuple(sorted(w for w in words if _DEB_NAME.match(w) and w.split("=")[0].split(":")[0] != "curl"))
 
 
 _UNAVAILABLE: set = set()  # python versions, (python, extras): cannot be had (tried once per process)
