@@ -1,5 +1,6 @@
 """`experiments.pipeline --model=tiny` runs all five stages on a small task subset, records the
 hand-offs between them, and skips finished stages on a re-run."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -61,3 +62,30 @@ def test_pipeline_runs_five_stages_and_resumes(tmp_path):
     # the first stage the flag changes, naming the field and the folders to delete.
     changed = _run(workdir, "--pipeline.rpr2.policy_optim.lr=1e-06", ok=False)
     assert "policy_optim.lr" in changed.stderr and f"rm -r {workdir / 'rpr-2'}" in changed.stderr, changed.stderr[-3000:]
+
+
+def test_pipeline_keeps_no_compiled_programs_between_stages(tmp_path):
+    """XLA:CPU maps ~140 memory regions per compiled program and jax's caches keep every one: a
+    3-seed bench process passed vm.max_map_count (65,530) and segfaulted. The pipeline clears the
+    caches after each stage, so a whole run leaves the process's mappings where they were."""
+    import jax
+
+    from trsi_jax.config import MODEL_PRESETS
+    from trsi_jax.pipeline import Pipeline, pipeline_preset
+    from trsi_jax.rollout.tokenizer import ByteTokenizer
+
+    def maps() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    jax.clear_caches()
+    before = maps()
+    cfg = dataclasses.replace(pipeline_preset("ci"), families=("files", "text"))
+    threshold = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # as init_runtime: stages read programs back
+    try:
+        Pipeline(cfg, MODEL_PRESETS["tiny"], str(tmp_path / "run"), ByteTokenizer(), show_progress=False).run()
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", threshold)
+    assert sum(1 for _ in (tmp_path / "run").rglob("stage.done.json")) == 5
+    assert maps() - before < 1000, (before, maps())  # one cached program alone maps ~140
