@@ -201,6 +201,28 @@ def test_usr_local_is_carried_but_never_runs_for_the_verifier(task, tmp_path):
         assert sb.exec("hello-tool", with_pytest=True).output.strip() == "tool-ok"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_apt_packages_the_agent_forged_are_not_installed(backend, tmp_path):
+    """The test script's `apt-get install` passes only for what the image (local: the host) has. The
+    agent forges a package the image lacks: a dpkg record in its /var and (docker) the command in
+    /usr/local/bin and /usr/bin, which reach the verifier. The install must fail as missing (an
+    infrastructure error, never a reward), not let the tests run the agent's program; bash passes."""
+    tests = "import subprocess\ndef test_tool():\n    assert subprocess.run(['trsi-forged-tool'], " \
+            "capture_output=True, text=True).stdout == 'ok\\n'\n"
+    test_sh = ("#!/bin/bash\napt-get update\napt-get install -y bash trsi-forged-tool\ncd /tests\n"
+               "python3 -m pytest test_outputs.py -rA\n"
+               "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+    forged = load_task(write_tb2(tmp_path, "forged", tests=tests, test_sh=test_sh))
+    cmds = ["mkdir -p /var/lib/dpkg/info && touch /var/lib/dpkg/info/trsi-forged-tool.list "
+            "/var/lib/dpkg/info/trsi-forged-tool:amd64.list"]
+    if backend == "docker":
+        cmds.append("for d in /usr/local/bin /usr/bin; do printf '#!/bin/sh\\necho ok\\n' > $d/trsi-forged-tool && "
+                    "chmod +x $d/trsi-forged-tool; done && trsi-forged-tool")
+    res, _ = _verify_after(forged, backend, *cmds)
+    assert not res.strict and res.error and "trsi-forged-tool" in res.error, res.log[-3000:]
+    assert "package bash " not in res.log, res.log[-3000:]
+
+
 @pytest.mark.docker
 def test_added_usr_files_are_carried_changed_and_shadowing_ones_are_not(task):
     """An install's new files in /usr reach the verifier (tests may run the programs the agent

@@ -3,12 +3,16 @@
 A local sandbox runs on the host's read-only /usr without network, so nothing can be installed. The
 stand-in makes `apt-get install` succeed when the host already has every named package, and fail with
 the missing names and the remedy (`--backend=docker`) otherwise; `update`/`clean` are no-ops.
+`host_installed` is what the verifier's apt-get shim accepts on this backend.
 """
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+
+from trsi_jax.sandbox import toolchain
 
 BUILD_DIR = "/.trsi-build"  # sandbox path of the stand-in during the build; removed before the agent starts
 
@@ -49,6 +53,18 @@ def host_packages() -> str:
     """Newline-separated names of the Debian packages installed on the host (empty without dpkg)."""
     if shutil.which("dpkg-query") is None:
         return ""
-    out = subprocess.run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\n"], capture_output=True,
-                         text=True, check=False).stdout
-    return "".join(line.split()[1] + "\n" for line in out.splitlines() if line.startswith("ii "))
+    out = subprocess.run(toolchain.DPKG_INSTALLED, capture_output=True, text=True, check=False).stdout
+    return "".join(name + "\n" for name in toolchain.dpkg_installed(out))
+
+
+@functools.cache
+def host_installed(path: str) -> str:
+    """The host's packages and the commands in `path`'s directories (the host's, read-only in a local
+    sandbox), space-separated: toolchain.INSTALLED_ENV for the local verifier."""
+    names = set(host_packages().split())
+    for d in path.split(":"):
+        try:
+            names.update(os.listdir(d))
+        except OSError:
+            continue
+    return " ".join(sorted(names))

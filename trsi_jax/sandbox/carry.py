@@ -13,6 +13,7 @@ a PATH directory named like any command on the image's PATH (`/usr/sbin/mkdir` w
 from __future__ import annotations
 
 import io
+import shlex
 import tarfile
 
 from trsi_jax.sandbox import toolchain
@@ -121,6 +122,9 @@ def move_to_fresh_container(sb) -> None:
         sb._pristine = True
         dirs = sb._image_path.split(":")
         listed = sb._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace")  # before any carry
+        dpkg = sb._exec_raw(["/bin/sh", "-c", shlex.join(toolchain.DPKG_INSTALLED) + " 2>/dev/null"])[1]
+        dpkg = dpkg.decode(errors="replace")  # the image's packages (none without dpkg)
+        sb.installed = " ".join(sorted(set(toolchain.dpkg_installed(dpkg)) | listing_names(listed)))
         usr = {}
         for path in added_usr_paths(diff, listing_names(listed), set(dirs)):
             try:

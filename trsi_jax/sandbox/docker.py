@@ -196,6 +196,7 @@ class DockerSandbox(Sandbox):
         self._closed = False
         self._agent_done = False  # set by stop_processes: from then on only the verifier runs
         self._pristine = False  # set once the container may hold the agent's /usr/local (see _exec_raw)
+        self.installed = ""  # the image's packages and commands, set by the carry (toolchain.INSTALLED_ENV)
         image = ensure_image(self.client, task)
         try:
             config = self.client.images.get(image).attrs["Config"]
@@ -271,7 +272,8 @@ class DockerSandbox(Sandbox):
         if with_pytest:  # the verifier: the toolchain's shims first on PATH (see toolchain.py)
             if not self._agent_done:
                 raise SandboxError("with_pytest runs only after stop_processes (the verifier's container)")
-            env = {**(env or {}), "PATH": verifier_path(self._image_path), "HOME": "/root"}
+            env = {**(env or {}), "PATH": verifier_path(self._image_path), "HOME": "/root",
+                   toolchain.INSTALLED_ENV: self.installed}
         # GNU timeout kills the command's whole process group, then SIGKILLs it a second later.
         argv = ["/usr/bin/timeout", "--kill-after=1", f"{timeout_sec:.3f}", "/bin/bash", "-c", cmd]
         start = time.monotonic()

@@ -321,7 +321,8 @@ class LocalSandbox(Sandbox):
         except toolchain.ToolchainError as e:
             raise SandboxError(str(e)) from None
         return ["--ro-bind", str(tc), toolchain.MOUNT], {
-            **env, "PATH": f"{toolchain.SHIMS}:{env.get('PATH', BASE_ENV['PATH'])}", "HOME": env.get("HOME", "/root")}
+            **env, "PATH": f"{toolchain.SHIMS}:{env.get('PATH', BASE_ENV['PATH'])}", "HOME": env.get("HOME", "/root"),
+            toolchain.INSTALLED_ENV: apt_standin.host_installed(BASE_ENV["PATH"])}
 
     def terminal(self) -> Terminal:
         """The episode's terminal: a bwrap running `tmux -D` (a foreground server) with its socket at

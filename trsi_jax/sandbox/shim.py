@@ -4,7 +4,8 @@ NAME args`); copied into the toolchain by toolchain.py, never imported by the pa
 pytest / python -m pytest: pytest pinned to the tests (rootdir, config, conftest cut-off at the test
 directory). uvx / uv run / uv pip install / pip install: resolve the requested packages from the
 toolchain, or print MISSING lines. curl: the uv installer URL gets an offline no-op installer,
-anything else goes to the sandbox's curl. apt-get: never runs (apt's configuration is the agent's).
+anything else goes to the sandbox's curl. apt-get: never runs (apt's configuration is the agent's);
+`install` passes for what the image has.
 sanitize: replace every symlink in the agent's files that resolves into the tests, the verifier's
 logs or the toolchain by a dangling one, so the tests never read their own golden files through them.
 """
@@ -16,6 +17,7 @@ MOUNT = "/.trsi"
 SHIMS = MOUNT + "/shims"
 PYTHON = MOUNT + "/bin/trsi-python"
 MISSING = "trsi-verifier-missing:"
+INSTALLED_ENV = "TRSI_INSTALLED"  # toolchain.INSTALLED_ENV
 PROTECTED = ("/tests", "/logs/verifier", MOUNT)
 NOT_AGENT = {"proc", "sys", "dev", "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", ".trsi"}
 UV_INSTALLER = re.compile(r"astral\.sh/uv/.*install\.sh|astral\.sh/uv/?$")
@@ -167,14 +169,21 @@ def curl(args: list[str]) -> None:
 
 
 def apt_get(args: list[str]) -> None:
-    words = [a for a in args if not a.startswith("-")]
+    """`install` succeeds only for packages (or commands) the verifier's environment names as the
+    image's: the sandbox's dpkg database and PATH hold what the agent wrote."""
+    words, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("-o", "-t", "-c"):
+            skip = True
+        elif not a.startswith("-"):
+            words.append(a)
     if words and words[0] == "install":
-        import shutil
-        lacking = [p for p in words[1:] if p != "curl" and shutil.which(p) is None
-                   and not os.path.exists(f"/var/lib/dpkg/info/{p}.list")
-                   and not any(os.path.exists(f"/var/lib/dpkg/info/{p}:{a}.list") for a in ("amd64", "arm64"))]
+        have = set(os.environ.get(INSTALLED_ENV, "").split())
+        lacking = [p for p in words[1:] if p != "curl" and p.split("=")[0].split(":")[0] not in have]
         for p in lacking:
-            print(f"{MISSING} apt-get: package {p} is not installed and the verifier is offline", flush=True)
+            print(f"{MISSING} apt-get: package {p} is not in the image (local backend: on the host) and the verifier is offline", flush=True)
         sys.exit(100 if lacking else 0)
     print(f"trsi-verifier: apt-get {' '.join(words[:1])}: skipped (offline verifier)")
 

@@ -43,6 +43,16 @@ SHIMS = f"{MOUNT}/shims"
 PYTHON = f"{MOUNT}/bin/trsi-python"
 PYTEST_INI = f"{MOUNT}/pytest.ini"
 MISSING_MARK = "trsi-verifier-missing:"  # printed by shims when a test script needs what we lack
+# What the apt-get shim accepts as installed: the verifier's environment names the image's (local:
+# the host's) Debian packages and commands, read before any agent file was there. Never the
+# sandbox's dpkg database or PATH: the agent's /var and /usr/local reach the verifier.
+INSTALLED_ENV = "TRSI_INSTALLED"
+DPKG_INSTALLED = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\n"]
+
+
+def dpkg_installed(out: str) -> list[str]:
+    """Package names `DPKG_INSTALLED`'s output marks installed ("ii")."""
+    return [line.split()[1] for line in out.splitlines() if line.startswith("ii ") and len(line.split()) > 1]
 # Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all): the
 # shared toolchain. What fewer tasks pin (torch, selenium, opencv, ...) is too big to share; those
 # scripts get it added in a toolchain of their own (`requested_extras`).

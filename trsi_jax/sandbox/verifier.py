@@ -146,8 +146,8 @@ def verify(sandbox: Sandbox, task: Task) -> VerifyResult:
     if tests:
         partial = sum(tests.values()) / len(tests)
         strict = all(tests.values()) and not res.timed_out and (reward is None or reward >= 1.0)
-        if missing and not strict:
-            error = "the test script needed what the offline verifier lacks: " + "; ".join(missing)
+        if missing:  # passed or not, the tests ran without it: the agent's files may have stood in for it
+            strict, error = False, "the test script needed what the offline verifier lacks: " + "; ".join(missing)
     elif reward is not None and math.isfinite(reward) and not wants_pytest and not missing and not res.timed_out:
         partial, strict = min(max(reward, 0.0), 1.0), reward >= 1.0
     else:
