@@ -121,12 +121,12 @@ def move_to_fresh_container(sb) -> None:
                             network=sb.task.allow_internet or sb.limits.verifier_network)
         sb._pristine = True
         dirs = sb._image_path.split(":")
-        listed = sb._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace")  # before any carry
+        # the image's commands and packages (none without dpkg), read before any carry
+        commands = listing_names(sb._exec_raw(["/bin/ls", "-1A", *dirs])[1].decode(errors="replace"))
         dpkg = sb._exec_raw(["/bin/sh", "-c", shlex.join(toolchain.DPKG_INSTALLED) + " 2>/dev/null"])[1]
-        dpkg = dpkg.decode(errors="replace")  # the image's packages (none without dpkg)
-        sb.installed = " ".join(sorted(set(toolchain.dpkg_installed(dpkg)) | listing_names(listed)))
+        sb.installed = " ".join(sorted(set(toolchain.dpkg_installed(dpkg.decode(errors="replace"))) | commands))
         usr = {}
-        for path in added_usr_paths(diff, listing_names(listed), set(dirs)):
+        for path in added_usr_paths(diff, commands, set(dirs)):
             try:
                 usr[path] = b"".join(old.get_archive(path)[0])
             except docker.errors.NotFound:  # gone between diff and now

@@ -183,7 +183,8 @@ def apt_get(args: list[str]) -> None:
         have = set(os.environ.get(INSTALLED_ENV, "").split())
         lacking = [p for p in words[1:] if p != "curl" and p.split("=")[0].split(":")[0] not in have]
         for p in lacking:
-            print(f"{MISSING} apt-get: package {p} is not in the image (local backend: on the host) and the verifier is offline", flush=True)
+            print(f"{MISSING} apt-get: package {p} is not in the image (local backend: on the host) and the "
+                  "verifier is offline", flush=True)
         sys.exit(100 if lacking else 0)
     print(f"trsi-verifier: apt-get {' '.join(words[:1])}: skipped (offline verifier)")
 

@@ -53,6 +53,8 @@ DPKG_INSTALLED = ["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package}\n"]
 def dpkg_installed(out: str) -> list[str]:
     """Package names `DPKG_INSTALLED`'s output marks installed ("ii")."""
     return [line.split()[1] for line in out.splitlines() if line.startswith("ii ") and len(line.split()) > 1]
+
+
 # Pinned from what Terminal-Bench 2 tests/test.sh files ask uvx/pip for (pytest + ctrf in all): the
 # shared toolchain. What fewer tasks pin (torch, selenium, opencv, ...) is too big to share; those
 # scripts get it added in a toolchain of their own (`requested_extras`).
