@@ -1,5 +1,9 @@
-"""Which added /usr paths the docker verifier carries (carry.py): exact lists from a docker diff."""
-from trsi_jax.sandbox import carry
+"""Which added /usr paths the docker verifier carries (carry.py): exact lists from a docker diff;
+which servers keep the agent's container for the tests (services.py): this process's real listeners."""
+import os
+import socket
+
+from trsi_jax.sandbox import carry, services
 
 PATH_DIRS = {"/usr/lib/extra/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
@@ -45,3 +49,27 @@ def test_rooted_tar_names_members_from_the_root():
         got = [(m.name, m.linkname) for m in t]
         assert t.extractfile("usr/lib/emboss/.x").read() == b"hi"
     assert got == [("usr/bin/x", "../lib/emboss/.x"), ("usr/lib/emboss/.x", ""), ("usr/lib/emboss/y", "usr/lib/emboss/.x")]
+
+
+def test_listening_ports_are_read_from_procfs():
+    """A real listening socket of this process (v4 and v6) appears in its /proc/net/tcp*; a connected
+    one and a bound but not listening one do not."""
+    listeners, others = [], []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        s = socket.socket(family)
+        s.bind((host, 0))
+        s.listen()
+        listeners.append(s)
+        bound = socket.socket(family)
+        bound.bind((host, 0))
+        client = socket.create_connection((host, s.getsockname()[1]))
+        others += [bound, client, s.accept()[0]]
+    try:
+        found = set()
+        for table in ("tcp", "tcp6"):
+            found |= services.listening_ports(open(f"/proc/{os.getpid()}/net/{table}").read())
+        assert {s.getsockname()[1] for s in listeners} <= found
+        assert not {s.getsockname()[1] for s in others[:2] + others[3:5]} & found  # bound-only and client ports
+    finally:
+        for s in listeners + others:
+            s.close()

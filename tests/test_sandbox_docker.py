@@ -147,3 +147,42 @@ def test_verifier_network_is_per_phase(client, tmp_path, verifier_network):
     if verifier_network:
         with pytest.raises(SandboxError, match="docker backend only"):
             make_sandbox(task, "local", limits=limits)
+
+
+SERVICE_TESTS = '''import urllib.request
+from pathlib import Path
+def test_service():
+    assert urllib.request.urlopen("http://127.0.0.1:8080/hello.html", timeout=5).read() == b"served\\n"
+def test_file():
+    assert Path("/app/out.txt").exists()
+'''
+WAIT_LISTEN = ("python3 -c 'import socket, time\nfor _ in range(100):\n    try:\n"
+               "        socket.create_connection((\"127.0.0.1\", 8080)); break\n"
+               "    except OSError:\n        time.sleep(0.1)'")
+
+
+@pytest.mark.parametrize("serve", [True, False])
+def test_servers_the_agent_left_answer_the_tests_from_their_own_container(client, tmp_path, serve):
+    """Tasks tested over the network (configure-git-webserver's git and web servers): a server the
+    agent left listening keeps running in the agent's container, which the verifier's container joins
+    on localhost but shares no files or processes with: the agent's loop there, forging the results
+    once it sees the tests, never does, and that container goes with the sandbox. Without a server, all is stopped."""
+    import docker
+    task = load_task(write_tb2(tmp_path, tests=SERVICE_TESTS))
+    with make_sandbox(task, "docker") as sb:
+        term = sb.terminal()
+        assert sb.exec("mkdir -p /srv/www /logs/verifier && echo served > /srv/www/hello.html").exit_code == 0
+        if serve:
+            term.send_keys("cd /srv/www && python3 -m http.server 8080 --bind 127.0.0.1 > /dev/null 2>&1 &\n", 1)
+            assert sb.exec(WAIT_LISTEN).exit_code == 0
+        # fires only where it sees the tests, i.e. if it shared the verifier's files
+        term.send_keys("while true; do [ -e /tests/test_outputs.py ] && touch /app/out.txt && "
+                       "echo 1 > /logs/verifier/reward.txt; sleep 0.01; done &\n", 0.5)
+        res = verify(sb, task)
+        agent = sb.services
+    assert res.tests == {"test_service": serve, "test_file": False}, res.log[-3000:]
+    assert (res.strict, res.reward, res.error) == (False, 0.0, None)
+    assert (agent is not None) == serve
+    if agent is not None:
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(agent.id)

@@ -45,6 +45,7 @@ class Limits:
     # docker only: the verifier's container gets the network (bridge), as harbor gives test scripts
     # that download their tooling; the agent's container keeps the task's `allow_internet`. Off by
     # default: the offline toolchain stands in, and code of the agent's that the tests run stays offline.
+    # Not where the agent left servers running: the verifier then shares the agent's network (services.py).
     verifier_network: bool = False
 
     @classmethod

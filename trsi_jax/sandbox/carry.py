@@ -91,9 +91,11 @@ def without(tar_bytes: bytes, names: set[str]) -> bytes:
     return out.getvalue()
 
 
-def move_to_fresh_container(sb) -> None:
+def move_to_fresh_container(sb, keep_services: bool = False) -> None:
     """Carry DockerSandbox `sb`'s agent files (see above) into a fresh container of its image, with
-    the verifier toolchain mounted read-only at /.trsi; the agent's container is removed."""
+    the verifier toolchain mounted read-only at /.trsi; the agent's container is removed, or with
+    `keep_services` (it is paused and holds listening servers) unpaused, kept as `sb.services`, and
+    the fresh container joins its network namespace (services.py)."""
     import docker  # noqa: PLC0415
     old = sb.container
     diff = old.diff() or []
@@ -118,7 +120,8 @@ def move_to_fresh_container(sb) -> None:
         raise SandboxError(str(e)) from None
     try:
         sb._start_container({str(tc): {"bind": toolchain.MOUNT, "mode": "ro"}},
-                            network=sb.task.allow_internet or sb.limits.verifier_network)
+                            network=sb.task.allow_internet or sb.limits.verifier_network,
+                            network_of=old.id if keep_services else None)
         sb._pristine = True
         dirs = sb._image_path.split(":")
         # the image's commands and packages (none without dpkg), read before any carry
@@ -141,4 +144,8 @@ def move_to_fresh_container(sb) -> None:
         if usr and not sb.container.put_archive("/", rooted_tar(usr)):
             raise SandboxError("could not carry the agent's added /usr files into the verification container")
     finally:
-        old.remove(force=True)
+        if keep_services and not sb._closed:
+            old.unpause()
+            sb.services = old
+        else:
+            old.remove(force=True)

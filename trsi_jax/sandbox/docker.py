@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from trsi_jax.sandbox import dockerfile as dfile
-from trsi_jax.sandbox import carry, toolchain
+from trsi_jax.sandbox import carry, services, toolchain
 from trsi_jax.sandbox.base import (DEFAULT_EXEC_TIMEOUT_SEC, ExecResult, Limits,
                                    OutputCollector, Sandbox, SandboxError)
 from trsi_jax.sandbox.terminal import TMUX_CONF, Terminal
@@ -208,24 +208,29 @@ class DockerSandbox(Sandbox):
         self.image = image
         self._image_path = next((e[5:] for e in config.get("Env") or [] if e.startswith("PATH=")), DEFAULT_PATH)
         self.container = None
+        self.services = None  # the agent's container, kept while its servers answer the tests (services.py)
         self.api = self.client.api
         self._start_container()
 
-    def _start_container(self, mounts: dict | None = None, network: bool | None = None) -> None:
+    def _start_container(self, mounts: dict | None = None, network: bool | None = None,
+                         network_of: str | None = None) -> None:
         """A fresh container of self.image with the sandbox's limits (and docker `volumes` mounts),
-        on the bridge network if `network` (default: the task's allow_internet); records its
-        keep-alive pid."""
+        on the bridge network if `network` (default: the task's allow_internet), or in the network
+        namespace of container `network_of`; records its keep-alive pid."""
         import docker  # noqa: PLC0415
         lim = self.limits
         ulimits = [docker.types.Ulimit(name="cpu", soft=lim.cpu_sec, hard=lim.cpu_sec),
                    docker.types.Ulimit(name="fsize", soft=lim.file_size_mb << 20, hard=lim.file_size_mb << 20),
                    docker.types.Ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
                    docker.types.Ulimit(name="core", soft=0, hard=0)]
+        if network_of:  # docker refuses a hostname of its own in another container's namespace
+            net = {"network_mode": f"container:{network_of}"}
+        else:
+            online = self.task.allow_internet if network is None else network
+            net = {"network_mode": "bridge" if online else "none", "hostname": "sandbox"}
         try:
             self.container = self.client.containers.run(
-                self.image, ["sleep", "infinity"], detach=True, init=True, hostname="sandbox",
-                working_dir=self.workdir,
-                network_mode="bridge" if (self.task.allow_internet if network is None else network) else "none",
+                self.image, ["sleep", "infinity"], detach=True, init=True, working_dir=self.workdir, **net,
                 mem_limit=f"{lim.memory_mb}m", memswap_limit=f"{lim.memory_mb}m", nano_cpus=int(lim.cpus * 1e9),
                 pids_limit=lim.pids, cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
                 privileged=False, ulimits=ulimits, labels={"trsi.sandbox": self.task.task_id}, volumes=mounts or {},
@@ -335,8 +340,12 @@ class DockerSandbox(Sandbox):
         if self._terminal is not None:
             self._terminal.closed = True
             self._terminal = None
-        self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
-        carry.move_to_fresh_container(self)
+        keep = bool(services.container_listeners(self.container))
+        if keep:  # frozen while its files are carried, thawed for the tests to reach its servers
+            self.container.pause()
+        else:
+            self._exec_raw(["sh", "-c", KILL_ALL], env={"KEEP": self._keep_pid[0]})
+        carry.move_to_fresh_container(self, keep_services=keep)
         self._agent_done = True
 
     def put_dir(self, host_dir: Path | None, sandbox_path: str) -> None:
@@ -377,9 +386,9 @@ class DockerSandbox(Sandbox):
         self._closed = True
         if self._terminal is not None:
             self._terminal.closed = True
-        container = getattr(self, "container", None)
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except Exception:  # noqa: BLE001 (already gone is fine)
-                pass
+        for container in (getattr(self, "container", None), getattr(self, "services", None)):
+            if container is not None:
+                try:
+                    container.remove(force=True)
+                except Exception:  # noqa: BLE001 (already gone is fine)
+                    pass

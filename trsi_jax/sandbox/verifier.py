@@ -1,6 +1,7 @@
 """Verification after the agent is done, and cheap mid-episode progress probes.
 
-`verify` stops every process the agent left, places the task's tests at /tests and an empty
+`verify` stops every process the agent left (on docker, an agent container still holding a listening
+server is kept apart instead and the tests reach it over localhost only: services.py), places the task's tests at /tests and an empty
 /logs/verifier, makes every agent symlink that resolves into them dangle, and runs tests/test.sh (TB2)
 or run-tests.sh (TB1) unchanged with the verifier toolchain (toolchain.py) first on PATH: its own
 interpreter, pytest pinned to the tests, offline uv/uvx/pip/curl stand-ins. Results come from the
