@@ -9,6 +9,7 @@ import pytest
 
 from tests.sandbox_tasks import write_tb2
 from trsi_jax.sandbox import make_sandbox, toolchain, verify
+from trsi_jax.sandbox.docker import apt_for_tests
 from trsi_jax.tasks import load_task
 
 TB2 = Path(__file__).resolve().parents[2] / "shared" / "terminal-bench-2"
@@ -81,6 +82,9 @@ def test_requested_apt_forms_and_the_shared_tb2_tasks():
     apt = {k: v for k, v in apt.items() if v}  # 45 scripts install only curl, which the shims stand in for
     assert len(apt) == 14 and apt["headless-terminal"] == ("vim",) and apt["dna-insert"] == ("primer3",)
     assert apt["install-windows-3.11"] == ("mtools", "socat", "tesseract-ocr", "vncsnapshot")
+    # what the docker image gets also counts scripts the tests run (configure-git-webserver's verify.sh)
+    assert apt_for_tests(load_task(TB2 / "configure-git-webserver")) == ("expect",)
+    assert apt_for_tests(load_task(TB2 / "headless-terminal")) == ("vim",)
 
 
 def test_extras_that_cannot_be_installed_fall_back_with_a_warning(tmp_path, caplog):

@@ -24,6 +24,7 @@ command -v debootstrap >/dev/null || { echo "build_base_image: debootstrap missi
 
 ROOT=$(mktemp -d /tmp/trsi-rootfs.XXXXXX)
 trap 'rm -rf "$ROOT"' EXIT
+chmod 755 "$ROOT"  # the image's / (mktemp's 700 would let only root reach any file: su, nginx workers, sshd)
 echo "build_base_image: debootstrap $SUITE from $MIRROR into $ROOT"
 debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || {
   tail -30 "$ROOT.log" >&2; echo "build_base_image: debootstrap failed (log $ROOT.log)" >&2; exit 1; }

@@ -9,6 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 FORCE="${1:-}"
+# Base images made before build_base_image.sh set the rootfs to 755 have a / that only root may enter
+# (a task's service users could not run anything): rebuild those and every image built on them.
+for suite in bookworm trixie bullseye; do
+  if docker image inspect "trsi/base:$suite" >/dev/null 2>&1 &&
+      [ "$(docker run --rm --network none "trsi/base:$suite" stat -c %a /)" != 755 ]; then
+    echo "build_images: trsi/base:$suite has a / only root may enter: rebuilding every image"; FORCE=--force
+  fi
+done
 have() { [ "$FORCE" != "--force" ] && docker image inspect "$1" >/dev/null 2>&1; }
 for suite in bookworm trixie bullseye; do
   TRSI_SUITE=$suite ./build_base_image.sh $FORCE

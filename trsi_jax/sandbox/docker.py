@@ -28,7 +28,7 @@ from trsi_jax.tasks import Task
 # A build may download and compile for long (pip wheels, toolchains); past this it is reported as failed.
 DOCKER_BUILD_TIMEOUT_SEC = 3600
 FROM_MAP = Path(__file__).resolve().parents[2] / "sandboxes" / "docker" / "from_images.txt"
-CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE"]
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETUID", "SETGID", "NET_BIND_SERVICE", "SYS_CHROOT"]
 RUN_DIR = "/run/trsi"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The verifier's own commands never look in the carried /usr/local (carry.py).
@@ -80,12 +80,20 @@ def _client():
     return client
 
 
+def apt_for_tests(task: Task) -> tuple[str, ...]:
+    """What the task's test scripts apt-get install (test.sh and any other *.sh under tests/, such as
+    the verify.sh configure-git-webserver's tests run): built into the image, since the verifier's
+    apt-get installs nothing."""
+    scripts = [task.test_script, *sorted(p for p in task.tests_dir.rglob("*.sh") if p != task.test_script)]
+    return toolchain.requested_apt("\n".join(p.read_text(errors="replace") for p in scripts if p.is_file()))
+
+
 def _build_context(task: Task, rules) -> tuple[bytes, str]:
     """(tar of the filtered context + the Dockerfile with FROM/COPY --from images mapped and the test
     script's apt packages installed last, content hash)."""
     env = task.environment
     text = dfile.map_images(env.dockerfile, lambda image: map_image(image, rules))
-    text = dfile.with_packages(text, toolchain.requested_apt(task.test_script.read_text(errors="replace")))
+    text = dfile.with_packages(text, apt_for_tests(task))
     digest = hashlib.sha256(text.encode())
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

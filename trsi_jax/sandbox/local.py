@@ -41,9 +41,10 @@ from trsi_jax.sandbox.rootfs import SPECIAL_ENTRIES, SYSTEM_ENTRIES, RootFS, rem
 from trsi_jax.sandbox.terminal import CLIENT_LOOP, TMUX_SET_OPTIONS, PipeClient, Terminal
 from trsi_jax.tasks import Task
 
-# Capabilities root keeps inside (roughly docker's default set, minus mknod/net_raw/chroot/setfcap).
+# Capabilities root keeps inside (docker's default set minus mknod/net_raw/setfcap/setpcap/audit_write;
+# sys_chroot because sshd's privilege separation chroots every connection: without it sshd resets them).
 CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETUID", "CAP_SETGID",
-        "CAP_NET_BIND_SERVICE")
+        "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT")
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
             "LANG": "C.UTF-8", "TERM": "xterm-256color", "USER": "root", "SHELL": "/bin/bash"}
 # Host programs the backend runs: bubblewrap for every command, tmux for the terminal.
