@@ -175,9 +175,11 @@ def test_servers_the_agent_left_answer_the_tests_from_their_own_container(client
         if serve:
             term.send_keys("cd /srv/www && python3 -m http.server 8080 --bind 127.0.0.1 > /dev/null 2>&1 &\n", 1)
             assert sb.exec(WAIT_LISTEN).exit_code == 0
-        # fires only where it sees the tests, i.e. if it shared the verifier's files
-        term.send_keys("while true; do [ -e /tests/test_outputs.py ] && touch /app/out.txt && "
-                       "echo 1 > /logs/verifier/reward.txt; sleep 0.01; done &\n", 0.5)
+        # fires only where it sees the tests, i.e. if it shared the verifier's files, directly or
+        # through another process's root
+        term.send_keys("while true; do for r in / /proc/[0-9]*/root/; do [ -e ${r}tests/test_outputs.py ] && "
+                       "touch ${r}app/out.txt && echo 1 > ${r}logs/verifier/reward.txt; done; sleep 0.01; "
+                       "done 2>/dev/null &\n", 0.5)
         res = verify(sb, task)
         agent = sb.services
     assert res.tests == {"test_service": serve, "test_file": False}, res.log[-3000:]

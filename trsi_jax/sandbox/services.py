@@ -34,11 +34,11 @@ def container_listeners(container, proc: Path = Path("/proc")) -> set[int]:
     """Ports a running docker container listens on (TCP, v4 and v6); empty when the engine's
     processes are not visible from here (a remote or rootless dockerd): then nothing is kept."""
     container.reload()
-    pid = container.attrs.get("State", {}).get("Pid") or 0
+    pid = container.attrs.get("State", {}).get("Pid")
     ports: set[int] = set()
-    for table in ("tcp", "tcp6"):
+    for table in ("tcp", "tcp6") if pid else ():
         try:
             ports |= listening_ports((proc / str(pid) / "net" / table).read_text())
         except OSError:
             continue
-    return ports if pid else set()
+    return ports

@@ -1,13 +1,14 @@
 """Verification after the agent is done, and cheap mid-episode progress probes.
 
 `verify` stops every process the agent left (on docker, an agent container still holding a listening
-server is kept apart instead and the tests reach it over localhost only: services.py), places the task's tests at /tests and an empty
-/logs/verifier, makes every agent symlink that resolves into them dangle, and runs tests/test.sh (TB2)
-or run-tests.sh (TB1) unchanged with the verifier toolchain (toolchain.py) first on PATH: its own
-interpreter, pytest pinned to the tests, offline uv/uvx/pip/curl stand-ins. Results come from the
-CTRF report, else junit xml, else pytest's -rA lines, and the TB2 reward files. A run that yields no
-result (nothing collected, a crash, a timeout, no reward file, a package the toolchain lacks) is an
-error (`VerifyResult.error`), never a zero: callers exclude it from training.
+server is kept apart instead and the tests reach it over localhost only: services.py), places the
+task's tests at /tests and an empty /logs/verifier, makes every agent symlink that resolves into them
+dangle, and runs tests/test.sh (TB2) or run-tests.sh (TB1) unchanged with the verifier toolchain
+(toolchain.py) first on PATH: its own interpreter, pytest pinned to the tests, offline
+uv/uvx/pip/curl stand-ins. Results come from the CTRF report, else junit xml, else pytest's -rA
+lines, and the TB2 reward files. A run that yields no result (nothing collected, a crash, a
+timeout, no reward file, a package the toolchain lacks) is an error (`VerifyResult.error`), never a
+zero: callers exclude it from training.
 """
 from __future__ import annotations
 
